@@ -1,0 +1,66 @@
+"""The only module that reads ``FUSEDMOE_*`` environment variables.
+
+Each is read on call (not at import) so tests and users can change them at run time;
+callers read them outside the forward pass (at construction / selection time).
+
+| variable                    | meaning                                                      |
+|-----------------------------|--------------------------------------------------------------|
+| FUSEDMOE_BACKEND            | force a backend by name (same rules as an explicit request)   |
+| FUSEDMOE_DISABLE_BACKENDS   | comma-separated backend names the oracle must skip            |
+| FUSEDMOE_CHUNK_SIZE         | max tokens per ModularKernel chunk (default 16384)            |
+| FUSEDMOE_CONFIG_DIR         | folder of tuned launch-config JSON files, searched first      |
+| FUSEDMOE_DEBUG              | 1: run data-dependent input checks (these sync the device)    |
+| FUSEDMOE_LOG_LEVEL          | log level of the ``fusedmoe`` logger (default WARNING)        |
+"""
+from __future__ import annotations
+
+import os
+
+from .errors import ConfigError
+
+DEFAULT_CHUNK_SIZE = 16384
+
+VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
+             "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL")
+
+
+def backend() -> str | None:
+    v = os.environ.get("FUSEDMOE_BACKEND", "").strip()
+    return v or None
+
+
+def disabled_backends() -> frozenset[str]:
+    v = os.environ.get("FUSEDMOE_DISABLE_BACKENDS", "")
+    return frozenset(s.strip() for s in v.split(",") if s.strip())
+
+
+def chunk_size() -> int:
+    v = os.environ.get("FUSEDMOE_CHUNK_SIZE", "").strip()
+    if not v:
+        return DEFAULT_CHUNK_SIZE
+    try:
+        n = int(v)
+    except ValueError:
+        n = -1
+    if n < 1:
+        raise ConfigError("FUSEDMOE_CHUNK_SIZE", v, "a positive integer",
+                          "unset it or set e.g. FUSEDMOE_CHUNK_SIZE=8192")
+    return n
+
+
+def config_dir() -> str | None:
+    v = os.environ.get("FUSEDMOE_CONFIG_DIR", "").strip()
+    return v or None
+
+
+def debug() -> bool:
+    return os.environ.get("FUSEDMOE_DEBUG", "0").strip() not in ("", "0", "false", "False")
+
+
+def log_level() -> str:
+    return os.environ.get("FUSEDMOE_LOG_LEVEL", "WARNING").strip().upper() or "WARNING"
+
+
+def snapshot() -> dict[str, str]:
+    """Every FUSEDMOE_* variable that is set (for reports)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("FUSEDMOE_")}
