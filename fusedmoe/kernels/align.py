@@ -1,0 +1,241 @@
+"""Token-expert alignment for the grouped GEMMs (moe_align_block_size), on the device.
+
+Legend: T tokens, k top-k, n = T*k (token, slot) pairs, flattened as s = t*k + j,
+E_loc local experts (rows of w13), E_g global experts (length of expert_map), BM block_m.
+
+Output (``AlignResult``):
+  sorted_ids             int32 [max_padded]   slots s grouped by local expert ascending, each
+                                               expert's run padded to a multiple of BM with the
+                                               sentinel n; ascending s inside an expert
+                                               (deterministic); sentinel past the end too.
+  expert_ids             int32 [max_padded/BM] local expert owning block b; -1 past the end.
+  num_tokens_post_padded int32 [1]             padded total (a device scalar: no host sync).
+
+Pairs whose expert is not local (expert_map[g] == -1) or out of range are DROPPED: they
+never appear, so they cost nothing in the GEMMs and contribute zero.
+
+Algorithm (no atomics, so the result is the same on every run):
+  n <= SMALL_MAX: one program does everything (one launch: decode pays ~4 us, not 3 launches).
+    histogram of local ids (bin E_loc collects dropped pairs) -> padded run lengths ->
+    exclusive scan = run starts; keys e*CHUNK + i sorted in registers give each pair its
+    rank inside its expert; position = start[e] + rank.
+  n > SMALL_MAX: the same in three launches over CHUNK-sized chunks:
+    1. count:   histogram per chunk                      -> counts [C, E_BINS]
+    2. scan:    one program: run starts, per-(chunk, expert) base positions, expert_ids,
+                sentinel fill of padding                 -> base [C, E_BINS]
+    3. scatter: per chunk, sort keys, position = base[c, e] + rank in chunk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["AlignResult", "align_block_size", "max_padded_size", "SMALL_MAX", "CHUNK"]
+
+# One CTA sorts up to SMALL_MAX keys in registers (32 per thread at 4 warps); above this
+# the 3-launch path spreads the pairs over n/CHUNK programs.
+SMALL_MAX = 4096
+CHUNK = 1024
+
+
+@dataclass
+class AlignResult:
+    """Alignment of (token, slot) pairs to BM-row blocks of one expert each."""
+
+    sorted_ids: torch.Tensor              # int32 [max_padded]
+    expert_ids: torch.Tensor              # int32 [max_padded // block_m]
+    num_tokens_post_padded: torch.Tensor  # int32 [1]
+    block_m: int = 16
+    num_pairs: int = 0                    # n = T*k, also the sentinel value
+    num_experts: int = 0                  # E_loc
+    topk_ids: Optional[torch.Tensor] = None    # int [T, k] it was built from (the reduce reads it)
+    expert_map: Optional[torch.Tensor] = None  # int32 [E_g] or None
+
+    @property
+    def max_padded(self) -> int:
+        return self.sorted_ids.numel()
+
+    @property
+    def max_blocks(self) -> int:
+        return self.expert_ids.numel()
+
+
+def max_padded_size(num_pairs: int, block_m: int, num_experts: int) -> int:
+    """Host bound on the padded length: n + min(n, E_loc) * (BM - 1), rounded up to BM.
+
+    At most min(n, E_loc) experts are non-empty and each wastes < BM rows; the min(n, .)
+    keeps decode grids small (T=1, k=8, E=128, BM=16: 128 rows, not 8 + 128*15).
+    """
+    bound = num_pairs + min(num_pairs, num_experts) * (block_m - 1)
+    return triton.cdiv(bound, block_m) * block_m
+
+
+# ----------------------------------------------------------------------------------------
+@triton.jit
+def _local_expert(ids_ptr, map_ptr, offs, n, num_global, E, HAS_MAP: tl.constexpr):
+    """Local expert of each pair in ``offs``; E (the drop bin) when absent, dropped or bad."""
+    valid = offs < n
+    g = tl.load(ids_ptr + offs, mask=valid, other=-1).to(tl.int32)
+    if HAS_MAP:
+        ok = valid & (g >= 0) & (g < num_global)
+        loc = tl.load(map_ptr + g, mask=ok, other=-1).to(tl.int32)
+    else:
+        loc = g
+    return tl.where((loc >= 0) & (loc < E), loc, E)
+
+
+@triton.jit
+def _runs(counts, E, BM: tl.constexpr, E_BINS: tl.constexpr):
+    """Per-expert counts -> (count, padded start, padded end, padded total); bins >= E empty."""
+    bins = tl.arange(0, E_BINS)
+    cnt = tl.where(bins < E, counts, 0)
+    padded = (cnt + BM - 1) // BM * BM
+    end = tl.cumsum(padded, 0)
+    return cnt, end - padded, end, tl.sum(padded, 0)
+
+
+@triton.jit
+def _write_layout(sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, cnt, start, end, total,
+                  n, E, max_padded, max_blocks,
+                  BM: tl.constexpr, E_BINS: tl.constexpr, FILL_B: tl.constexpr):
+    """Everything but the real pairs: expert_ids, sentinel in padding and tail, the total."""
+    bins = tl.arange(0, E_BINS)
+    # expert of block b = number of real experts whose run ends at or before b*BM;
+    # [BB, E_BINS] compares per step, 4096 elements = 32 registers a thread at 4 warps
+    BB: tl.constexpr = 4096 // E_BINS if E_BINS <= 256 else 16
+    for b0 in range(0, max_blocks, BB):
+        b = b0 + tl.arange(0, BB)
+        before = (end[None, :] <= b[:, None] * BM) & (bins[None, :] < E)        # [BB, E_BINS]
+        eid = tl.sum(before.to(tl.int32), 1)
+        eid = tl.where(b * BM < total, eid, -1)
+        tl.store(expert_ids_ptr + b, eid, mask=b < max_blocks)
+    # each expert's padding: [start + cnt, end), fewer than BM slots
+    JB: tl.constexpr = BM if BM < 16 else 16
+    for j0 in tl.static_range(0, BM, JB):
+        j = j0 + tl.arange(0, JB)
+        pos = (start + cnt)[:, None] + j[None, :]                              # [E_BINS, JB]
+        tl.store(sorted_ids_ptr + pos, tl.zeros_like(pos) + n, mask=pos < end[:, None])
+    # the tail [total, max_padded): blocks the GEMMs skip, made harmless anyway
+    for p0 in range(total // FILL_B * FILL_B, max_padded, FILL_B):
+        p = p0 + tl.arange(0, FILL_B)
+        tl.store(sorted_ids_ptr + p, tl.zeros_like(p) + n, mask=(p >= total) & (p < max_padded))
+    tl.store(ntpp_ptr, total)
+
+
+@triton.jit
+def _align_small_kernel(ids_ptr, map_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
+                        n, num_global, E, max_padded, max_blocks,
+                        HAS_MAP: tl.constexpr, BM: tl.constexpr, E_BINS: tl.constexpr,
+                        BLOCK: tl.constexpr, FILL_B: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    loc = _local_expert(ids_ptr, map_ptr, offs, n, num_global, E, HAS_MAP)        # [BLOCK]
+    counts = tl.histogram(loc, E_BINS)                                          # [E_BINS]
+    cnt, start, end, total = _runs(counts, E, BM, E_BINS)
+    _write_layout(sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, cnt, start, end, total,
+                  n, E, max_padded, max_blocks, BM, E_BINS, FILL_B)
+    # rank inside the expert from a sort of (expert, index) keys; dropped pairs sort last
+    keys = tl.sort(loc * BLOCK + offs)                                          # [BLOCK]
+    se = keys // BLOCK
+    first = tl.cumsum(counts, 0) - counts      # first sorted position of each expert's pairs
+    base = tl.gather(start - first, tl.minimum(se, E_BINS - 1), 0)              # [BLOCK]
+    tl.store(sorted_ids_ptr + base + offs, keys % BLOCK, mask=se < E)
+
+
+@triton.jit
+def _align_count_kernel(ids_ptr, map_ptr, counts_ptr, n, num_global, E,
+                        HAS_MAP: tl.constexpr, E_BINS: tl.constexpr, CHUNK_: tl.constexpr):
+    c = tl.program_id(0)
+    offs = c * CHUNK_ + tl.arange(0, CHUNK_)
+    loc = _local_expert(ids_ptr, map_ptr, offs, n, num_global, E, HAS_MAP)
+    tl.store(counts_ptr + c * E_BINS + tl.arange(0, E_BINS), tl.histogram(loc, E_BINS))
+
+
+@triton.jit
+def _align_scan_kernel(counts_ptr, base_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
+                       num_chunks, n, E, max_padded, max_blocks,
+                       BM: tl.constexpr, E_BINS: tl.constexpr, CB: tl.constexpr, FILL_B: tl.constexpr):
+    bins = tl.arange(0, E_BINS)
+    tot = tl.zeros([E_BINS], dtype=tl.int32)
+    for c0 in range(0, num_chunks, CB):
+        c = c0 + tl.arange(0, CB)
+        tile = tl.load(counts_ptr + c[:, None] * E_BINS + bins[None, :], mask=c[:, None] < num_chunks, other=0)
+        tot += tl.sum(tile, 0)
+    cnt, start, end, total = _runs(tot, E, BM, E_BINS)
+    _write_layout(sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, cnt, start, end, total,
+                  n, E, max_padded, max_blocks, BM, E_BINS, FILL_B)
+    # base[c, e] = start[e] + pairs of e in earlier chunks - first sorted position of e in c
+    carry = tl.zeros([E_BINS], dtype=tl.int32)
+    for c0 in range(0, num_chunks, CB):
+        c = c0 + tl.arange(0, CB)
+        m = c[:, None] < num_chunks
+        tile = tl.load(counts_ptr + c[:, None] * E_BINS + bins[None, :], mask=m, other=0)  # [CB, E_BINS]
+        earlier = tl.cumsum(tile, 0) - tile + carry[None, :]
+        first = tl.cumsum(tile, 1) - tile
+        tl.store(base_ptr + c[:, None] * E_BINS + bins[None, :], start[None, :] + earlier - first, mask=m)
+        carry += tl.sum(tile, 0)
+
+
+@triton.jit
+def _align_scatter_kernel(ids_ptr, map_ptr, base_ptr, sorted_ids_ptr, n, num_global, E,
+                          HAS_MAP: tl.constexpr, E_BINS: tl.constexpr, CHUNK_: tl.constexpr):
+    c = tl.program_id(0)
+    i = tl.arange(0, CHUNK_)
+    loc = _local_expert(ids_ptr, map_ptr, c * CHUNK_ + i, n, num_global, E, HAS_MAP)
+    keys = tl.sort(loc * CHUNK_ + i)
+    se = keys // CHUNK_
+    keep = se < E
+    base = tl.load(base_ptr + c * E_BINS + se, mask=keep, other=0)
+    tl.store(sorted_ids_ptr + base + i, c * CHUNK_ + keys % CHUNK_, mask=keep)
+
+
+# ----------------------------------------------------------------------------------------
+def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
+                     expert_map: Optional[torch.Tensor] = None, *,
+                     out: Optional[AlignResult] = None,
+                     small_max: int = SMALL_MAX, chunk: int = CHUNK) -> AlignResult:
+    """Group the n = T*k pairs of ``topk_ids`` [T, k] by local expert, padded to ``block_m``.
+
+    ``num_experts`` is E_loc (w13.shape[0]); ``expert_map`` int32 [E_g] maps global ids to
+    local ones (-1: not local, dropped). ``out`` reuses preallocated buffers (its
+    sorted_ids length is taken as max_padded; it must be >= ``max_padded_size``).
+    No host sync: safe inside CUDA-graph capture once compiled.
+    """
+    ids = topk_ids.reshape(-1)                                                  # [n]
+    if not ids.is_contiguous():
+        ids = ids.contiguous()
+    n = ids.numel()
+    dev = ids.device
+    if out is None:
+        mp = max_padded_size(n, block_m, num_experts)
+        out = AlignResult(torch.empty(mp, dtype=torch.int32, device=dev),
+                          torch.empty(mp // block_m, dtype=torch.int32, device=dev),
+                          torch.empty(1, dtype=torch.int32, device=dev))
+    out.block_m, out.num_pairs, out.num_experts = block_m, n, num_experts
+    out.topk_ids, out.expert_map = topk_ids, expert_map
+    mp, mb = out.sorted_ids.numel(), out.expert_ids.numel()
+    e_bins = triton.next_power_of_2(num_experts + 1)          # +1: the drop bin
+    has_map = expert_map is not None
+    emap = expert_map if has_map else ids                     # any pointer; never read
+    n_global = expert_map.numel() if has_map else num_experts
+    fill_b = 1024
+    if n <= small_max:
+        block = max(16, triton.next_power_of_2(n))
+        _align_small_kernel[(1,)](ids, emap, out.sorted_ids, out.expert_ids, out.num_tokens_post_padded,
+                                  n, n_global, num_experts, mp, mb,
+                                  HAS_MAP=has_map, BM=block_m, E_BINS=e_bins, BLOCK=block, FILL_B=fill_b,
+                                  num_warps=4 if block <= 1024 else 8)
+        return out
+    num_chunks = triton.cdiv(n, chunk)
+    scratch = torch.empty((2, num_chunks, e_bins), dtype=torch.int32, device=dev)  # counts, base
+    _align_count_kernel[(num_chunks,)](ids, emap, scratch[0], n, n_global, num_experts,
+                                       HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, num_warps=4)
+    _align_scan_kernel[(1,)](scratch[0], scratch[1], out.sorted_ids, out.expert_ids, out.num_tokens_post_padded,
+                             num_chunks, n, num_experts, mp, mb,
+                             BM=block_m, E_BINS=e_bins, CB=max(1, 4096 // e_bins), FILL_B=fill_b, num_warps=8)
+    _align_scatter_kernel[(num_chunks,)](ids, emap, scratch[1], out.sorted_ids, n, n_global, num_experts,
+                                         HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, num_warps=4)
+    return out

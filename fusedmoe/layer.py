@@ -1,0 +1,257 @@
+"""What users touch: ``FusedMoE`` (nn.Module), ``fused_experts`` (functional) and
+``prepare_experts`` (select once, run many times).
+
+Legend: T tokens, E global experts, k top-k, H hidden, I intermediate.
+
+The backend is chosen ONCE, at construction (``.selection`` says which and why); weights
+are converted to the backend's layout once; the forward pass only checks shapes on the
+host (no device sync; data-dependent checks such as the topk id range run on CPU tensors
+or when ``FUSEDMOE_DEBUG=1``) and runs the kernels. The forward is the registered custom
+op ``torch.ops.fusedmoe.experts`` (with a fake implementation), so ``torch.compile
+(fullgraph=True)`` and CUDA-graph capture see one opaque call.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+import torch
+from torch import nn
+
+from . import env
+from .backends.registry import get_spec
+from .config import MoEConfig, QuantScheme
+from .errors import ConfigTypeError, InputError
+from .modular import LocalBatched, ModularKernel, NoEP
+from .modular.interfaces import ActivationFormat
+from .oracle import Selection, select_backend
+from .platform import Platform
+from .weights import ExpertWeights
+
+__all__ = ["PreparedExperts", "prepare_experts", "fused_experts", "FusedMoE", "platform_for"]
+
+
+def platform_for(device: torch.device, platform=None) -> Platform:
+    """The platform of the device the weights live on (a named platform is honoured)."""
+    if platform is not None:
+        return Platform.resolve(platform)
+    cur = Platform.current()
+    if device.type == "cuda" or cur.kind == "cpu":
+        return cur
+    return Platform("cpu", "cpu", None, 0.0, 0, cur.interpreter and cur.triton, cur.interpreter)
+
+
+def check_inputs(config: MoEConfig, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                 device: torch.device) -> None:
+    """Host-side checks, once per call; no device sync unless FUSEDMOE_DEBUG=1."""
+    if not isinstance(x, torch.Tensor):
+        raise ConfigTypeError("x", x, "torch.Tensor [T, H]")
+    if x.dim() != 2 or x.shape[1] != config.hidden_size:
+        raise InputError("x.shape", tuple(x.shape), f"[T, {config.hidden_size}]",
+                         "pass hidden states flattened to [tokens, hidden_size]")
+    if x.dtype != config.torch_dtype:
+        raise InputError("x.dtype", x.dtype, [config.torch_dtype], f"cast with x.to({config.torch_dtype})")
+    if x.device != device:
+        raise InputError("x.device", str(x.device), [str(device)], "move x to the device of the weights")
+    T = x.shape[0]
+    k = config.top_k
+    if tuple(topk_ids.shape) != (T, k):
+        raise InputError("topk_ids.shape", tuple(topk_ids.shape), f"[{T}, {k}] (T, top_k)",
+                         "route with top_k = config.top_k")
+    if tuple(topk_weights.shape) != (T, k):
+        raise InputError("topk_weights.shape", tuple(topk_weights.shape), f"[{T}, {k}]", "one weight per topk id")
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise InputError("topk_ids.dtype", topk_ids.dtype, [torch.int32, torch.int64], "cast with .to(torch.int32)")
+    if not topk_weights.is_floating_point():
+        raise InputError("topk_weights.dtype", topk_weights.dtype, [torch.float32], "cast with .float()")
+    if topk_ids.device != device or topk_weights.device != device:
+        raise InputError("topk_ids.device", str(topk_ids.device), [str(device)], "route on the weights' device")
+    if T and (device.type == "cpu" or env.debug()):
+        lo, hi = int(topk_ids.min()), int(topk_ids.max())
+        if lo < 0 or hi >= config.num_experts:
+            raise InputError("topk_ids", f"values in [{lo}, {hi}]", f"[0, {config.num_experts})",
+                             "topk ids are global expert indices")
+
+
+@dataclass
+class PreparedExperts:
+    """A selected, weight-converted, ready-to-run experts kernel. Call it as
+    ``pe(x [T,H], topk_weights fp32 [T,k], topk_ids int32 [T,k]) -> out [T,H]``."""
+
+    config: MoEConfig
+    weights: ExpertWeights
+    selection: Selection
+    kernel: ModularKernel
+    expert_map: Optional[torch.Tensor]
+
+    def __call__(self, x, topk_weights, topk_ids):
+        check_inputs(self.config, x, topk_weights, topk_ids, self.weights.device)
+        return self.run(x, topk_weights, topk_ids)
+
+    def run(self, x, topk_weights, topk_ids):
+        """Without the input checks (the custom op calls this after checking)."""
+        if topk_weights.dtype != torch.float32:
+            topk_weights = topk_weights.float()
+        return self.kernel(x, topk_weights, topk_ids, self.expert_map)
+
+
+def prepare_experts(config: MoEConfig, weights: ExpertWeights, backend: str = "auto", *, platform=None,
+                    deterministic: bool = False, fmt: Union[str, ActivationFormat] = "standard",
+                    max_num_tokens: Optional[int] = None, shared_experts: Optional[Callable] = None,
+                    chunk_size: Optional[int] = None) -> PreparedExperts:
+    """Select a backend for (config, weights.scheme) on the weights' device and build it."""
+    if not isinstance(config, MoEConfig):
+        raise ConfigTypeError("config", config, "fusedmoe.MoEConfig")
+    if not isinstance(weights, ExpertWeights):
+        raise ConfigTypeError("weights", weights, "fusedmoe.ExpertWeights (see fusedmoe.quantize_experts)")
+    weights.validate(config)
+    fmt = ActivationFormat(fmt)
+    plat = platform_for(weights.device, platform)
+    if fmt == ActivationFormat.BATCHED and max_num_tokens is None:
+        max_num_tokens = chunk_size or env.chunk_size()
+    sel = select_backend(config, weights.scheme, plat, backend, fmt=fmt, deterministic=deterministic)
+    spec = get_spec(sel.winner)
+    if spec.convert_weights is not None:
+        weights = spec.convert_weights(config, weights, plat)
+    experts = spec.make_experts(config, weights, plat, fmt, deterministic=deterministic,
+                                max_num_tokens=max_num_tokens)
+    pf = LocalBatched(max_num_tokens) if fmt == ActivationFormat.BATCHED else NoEP()
+    kernel = ModularKernel(pf, experts, shared_experts=shared_experts, chunk_size=chunk_size)
+    return PreparedExperts(config, weights, sel, kernel, config.expert_map(weights.device))
+
+
+# ------------------------------------------------------------------------------ custom op
+_HANDLES: "weakref.WeakValueDictionary[int, PreparedExperts]" = weakref.WeakValueDictionary()
+_next_handle = itertools.count(1)
+
+
+def _register(pe: PreparedExperts) -> int:
+    h = next(_next_handle)
+    _HANDLES[h] = pe
+    return h
+
+
+@torch.library.custom_op("fusedmoe::experts", mutates_args=())
+def _experts_op(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, handle: int) -> torch.Tensor:
+    return _HANDLES[handle].run(x, topk_weights, topk_ids)
+
+
+@_experts_op.register_fake
+def _(x, topk_weights, topk_ids, handle):
+    return torch.empty_like(x)
+
+
+# ------------------------------------------------------------------------------ functional
+_CACHE: dict = {}
+
+
+def _as_weights(weights, w2=None) -> ExpertWeights:
+    if isinstance(weights, ExpertWeights):
+        return weights
+    if isinstance(weights, torch.Tensor) and isinstance(w2, torch.Tensor):
+        return ExpertWeights(weights, w2)
+    raise ConfigTypeError("weights", weights, "ExpertWeights, or the tensors w13 and w2")
+
+
+def fused_experts(x: torch.Tensor, weights, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                  config: Optional[MoEConfig] = None, *, w2: Optional[torch.Tensor] = None,
+                  backend: str = "auto", deterministic: bool = False, activation: str = "silu") -> torch.Tensor:
+    """out [T, H] = sum_j topk_weights[:, j] * expert_{topk_ids[:, j]}(x), for users who route themselves.
+
+    ``weights``: an ExpertWeights, or w13 [E, N, H] with ``w2=`` [E, H, I] (16-bit). ``config``
+    defaults to one inferred from the shapes with ``activation``. The selected kernel is
+    cached per (weights, config, backend), so repeated calls select once.
+    """
+    ew = _as_weights(weights, w2)
+    if config is None:
+        E, N, H = ew.w13.shape
+        I = ew.w2.shape[2] * (2 if ew.scheme.method.weight_bits == 4 else 1)
+        config = MoEConfig(E, topk_ids.shape[1] if topk_ids.dim() == 2 else 1, H, I,
+                           activation=activation, dtype=x.dtype)
+    key = (id(ew.w13), id(ew.w2), config, backend, deterministic)
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not ew.w13:          # id() may be reused after a free
+        if len(_CACHE) >= 16:
+            _CACHE.pop(next(iter(_CACHE)))
+        hit = _CACHE[key] = (ew.w13, prepare_experts(config, ew, backend, deterministic=deterministic))
+    return hit[1](x, topk_weights, topk_ids)
+
+
+# ------------------------------------------------------------------------------ module
+class FusedMoE(nn.Module):
+    """An MoE layer's experts + router: ``forward(x [T,H], router_logits [T,E]) -> [T,H]``.
+
+    Build it from weights in any scheme (``weights=ExpertWeights``) or from 16-bit weights
+    quantized on the fly (``FusedMoE.from_float``). The backend is selected once here;
+    ``.selection.explain()`` says why. Construct it on the device it will run on.
+    """
+
+    def __init__(self, config: MoEConfig, weights: ExpertWeights, *, backend: str = "auto",
+                 platform=None, deterministic: bool = False, correction_bias: Optional[torch.Tensor] = None,
+                 shared_experts: Optional[nn.Module] = None, fmt: str = "standard",
+                 max_num_tokens: Optional[int] = None):
+        super().__init__()
+        if config.routing.has_correction_bias:
+            if correction_bias is None or tuple(correction_bias.shape) != (config.num_experts,):
+                raise InputError("correction_bias", None if correction_bias is None else tuple(correction_bias.shape),
+                                 f"fp32 tensor [{config.num_experts}]", "Routing(has_correction_bias=True) needs it")
+            correction_bias = correction_bias.float().to(weights.device)
+        elif correction_bias is not None:
+            raise InputError("correction_bias", tuple(correction_bias.shape), [None],
+                             "set Routing(has_correction_bias=True) to use a correction bias")
+        self.config = config
+        self.shared_experts = shared_experts
+        self.prepared = prepare_experts(config, weights, backend, platform=platform, deterministic=deterministic,
+                                        fmt=fmt, max_num_tokens=max_num_tokens)
+        self.register_buffer("correction_bias", correction_bias, persistent=False)
+        self._handle = _register(self.prepared)
+
+    @classmethod
+    def from_float(cls, config: MoEConfig, w13: torch.Tensor, w2: torch.Tensor, quant="none", *,
+                   w13_bias=None, w2_bias=None, **kw) -> "FusedMoE":
+        """Quantize 16-bit expert weights (w13 [E,N,H], w2 [E,H,I]) to ``quant`` and build the layer."""
+        from .quantize import quantize_experts
+        return cls(config, quantize_experts(w13, w2, QuantScheme.parse(quant), w13_bias=w13_bias,
+                                            w2_bias=w2_bias), **kw)
+
+    @property
+    def selection(self) -> Selection:
+        return self.prepared.selection
+
+    @property
+    def weights(self) -> ExpertWeights:
+        return self.prepared.weights
+
+    def route(self, x: torch.Tensor, router_logits: torch.Tensor):
+        """-> (topk_weights fp32 [T,k], topk_ids int32 [T,k])."""
+        c = self.config
+        r = c.routing
+        if router_logits.dim() != 2 or router_logits.shape != (x.shape[0], c.num_experts):
+            raise InputError("router_logits.shape", tuple(router_logits.shape), f"[{x.shape[0]}, {c.num_experts}]",
+                             "one logit per (token, expert)")
+        if router_logits.is_cuda and r.custom is None and not torch.compiler.is_compiling():
+            from .kernels.routing import fused_topk
+            return fused_topk(router_logits, c.top_k, sigmoid=r.scoring.value == "sigmoid",
+                              renormalize=r.renormalize, correction_bias=self.correction_bias,
+                              num_groups=r.num_groups, topk_groups=r.topk_groups,
+                              routed_scaling_factor=r.routed_scaling_factor)
+        from .reference.routing import route
+        res = route(router_logits, c.top_k, r, self.correction_bias, x)
+        return res.topk_weights, res.topk_ids
+
+    def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = self.route(x, router_logits)
+        return self.experts(x, topk_weights, topk_ids)
+
+    def experts(self, x, topk_weights, topk_ids):
+        if not torch.compiler.is_compiling():
+            check_inputs(self.config, x, topk_weights, topk_ids, self.prepared.weights.device)
+        out = torch.ops.fusedmoe.experts(x, topk_weights.float(), topk_ids, self._handle)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.config!r}, quant={self.weights.scheme.name}, backend={self.selection.winner}"

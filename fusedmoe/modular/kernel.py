@@ -1,0 +1,91 @@
+"""ModularKernel: runs prepare -> experts -> finalize, owns workspaces and chunking.
+
+- Workspaces are allocated once per (chunk size) from what the Experts declare
+  (``Experts.workspace``) and reused: no allocation in steady state, so CUDA-graph replay
+  sees stable addresses.
+- T is processed in chunks of at most ``chunk_size`` tokens (``FUSEDMOE_CHUNK_SIZE``,
+  default 16384) so workspace stays bounded; each chunk is independent, so chunked and
+  unchunked results are identical.
+- Shared experts (any callable [T, H] -> [T, H]) are added after finalize; with an
+  asynchronous prepare/finalize they would run while the combine is in flight.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from .. import env
+from ..errors import ConfigError, InputError
+from .interfaces import ActivationFormat, Experts, PrepareFinalize
+
+__all__ = ["ModularKernel"]
+
+
+class ModularKernel:
+    def __init__(self, prepare_finalize: PrepareFinalize, experts: Experts,
+                 shared_experts: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+                 chunk_size: Optional[int] = None):
+        if prepare_finalize.is_monolithic != experts.is_monolithic:
+            raise ConfigError("experts", repr(experts),
+                              "a monolithic prepare/finalize with monolithic experts, or modular with modular",
+                              f"{prepare_finalize!r} is {'monolithic' if prepare_finalize.is_monolithic else 'modular'}; "
+                              "pick the matching pair", problem="cannot be mixed with this prepare/finalize")
+        if prepare_finalize.activation_format != experts.activation_format:
+            raise ConfigError("experts", repr(experts),
+                              f"experts of the {prepare_finalize.activation_format.value} format",
+                              f"{prepare_finalize!r} produces the {prepare_finalize.activation_format.value} format; "
+                              f"use {'LocalBatched' if experts.activation_format == ActivationFormat.BATCHED else 'NoEP'} "
+                              "or experts of the other format", problem="has a different activation format")
+        self.prepare_finalize = prepare_finalize
+        self.experts = experts
+        self.shared_experts = shared_experts
+        self.chunk_size = chunk_size or env.chunk_size()
+        if experts.activation_format == ActivationFormat.BATCHED:
+            # The batched buffer holds at most max_num_tokens rows per expert; a chunk never
+            # exceeds it so no token is ever dropped.
+            self.chunk_size = min(self.chunk_size, experts.max_num_tokens)
+        self.config = experts.config
+        self._ws: dict = {}          # (M, topk, device) -> {name: tensor}; at most a few shapes
+
+    # -------------------------------------------------------------------------------------
+    def workspace_for(self, M: int, topk: int, device) -> dict:
+        """The workspace tensors for a chunk of M tokens (allocated once per shape)."""
+        if self.experts.activation_format == ActivationFormat.BATCHED:
+            M = self.experts.max_num_tokens
+        key = (M, topk, str(device))
+        ws = self._ws.get(key)
+        if ws is None:
+            if len(self._ws) >= 4:      # bound the cache: a serving loop sees few distinct T
+                self._ws.pop(next(iter(self._ws)))
+            spec = self.experts.workspace(M, topk)
+            ws = self._ws[key] = {name: torch.empty(shape, dtype=dtype, device=device)
+                                  for name, (shape, dtype) in spec.buffers.items()}
+        return ws
+
+    def __call__(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                 expert_map: Optional[torch.Tensor] = None) -> torch.Tensor:
+        T, H = x.shape
+        if T == 0:
+            return x.new_empty((0, H))
+        if self.experts.is_monolithic:
+            raise InputError("topk_ids", "given", "router logits for a monolithic kernel",
+                             "call the monolithic kernel with router_logits")
+        k = topk_ids.shape[1]
+        out = torch.empty_like(x)                                            # [T, H]
+        wr = self.experts.weight_and_reduce()
+        on_input = self.config.routing.apply_router_weight_on_input
+        C = self.chunk_size
+        for s in range(0, T, C):
+            e = min(s + C, T)
+            xs, tw, ti = x[s:e], topk_weights[s:e], topk_ids[s:e]
+            prep = self.prepare_finalize.prepare(xs, tw, ti, self.config, self.experts, expert_map)
+            ws = self.workspace_for(e - s, k, x.device)
+            fused = self.experts.apply(prep, ws, expert_map)
+            self.prepare_finalize.finalize(out[s:e], fused, prep, wr, on_input)
+        if self.shared_experts is not None:
+            out.add_(self.shared_experts(x))
+        return out
+
+    def __repr__(self) -> str:
+        return f"ModularKernel({self.prepare_finalize!r}, {self.experts!r}, chunk_size={self.chunk_size})"

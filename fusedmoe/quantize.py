@@ -1,0 +1,228 @@
+"""Quantize a 16/32-bit checkpoint's experts to any scheme, and load common checkpoint layouts.
+
+Shape legend: E experts, H hidden, I intermediate, N = 2I (gated; gate rows first, or
+interleaved for gpt-oss) or I (non-gated). Canonical layouts: w13 [E, N, H], w2 [E, H, I];
+the quantized layouts are the table in ``fusedmoe.weights``.
+
+    w = quantize_experts(w13, w2, "fp8_block")           # -> ExpertWeights
+    w13_ref, w2_ref = dequantize_experts(w)              # fp32, for checks
+
+Loaders (each returns ``ExpertWeights``; a ``scheme`` other than 'none' quantizes):
+  from_deepseek_fp8   DeepSeek-V3 fp8 experts + 128 x 128 ``weight_scale_inv`` (multiplies).
+  from_per_expert     lists of per-expert gate [I, H], up [I, H], down [H, I] (nn.Linear layout).
+  from_fused_gate_up  fused gate_up [E, N, H] + down [E, H, I], or with transposed=True the
+                      Hugging Face fused-experts layout gate_up_proj [E, H, N] + down_proj [E, I, H].
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+
+from .config import QuantMethod, QuantScheme
+from .errors import ConfigError, ConfigTypeError, InputError
+from .reference.quant import dequantize_weight, quantize_weight
+from .weights import ExpertWeights
+
+__all__ = ["quantize_experts", "dequantize_experts", "from_deepseek_fp8", "from_per_expert", "from_fused_gate_up"]
+
+_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _check_weight(name: str, w) -> None:
+    if not isinstance(w, torch.Tensor):
+        raise ConfigTypeError(name, w, "torch.Tensor")
+    if w.dim() != 3:
+        raise InputError(f"{name}.shape", tuple(w.shape), "a 3-D tensor [E, out, K]",
+                         "stack the experts along dim 0 (see from_per_expert)")
+
+
+def _check_pair(w13: torch.Tensor, w2: torch.Tensor) -> None:
+    """w13 [E, N, H], w2 [E, H, I] with N in (2I, I), same E and device."""
+    _check_weight("w13", w13)
+    _check_weight("w2", w2)
+    E, N, H = w13.shape
+    if w2.shape[0] != E:
+        raise InputError("w2.shape[0]", w2.shape[0], f"E={E} (w13.shape[0])", "w13 and w2 hold the same experts")
+    if w2.shape[1] != H:
+        raise InputError("w2.shape[1]", w2.shape[1], f"H={H} (w13.shape[2])",
+                         "w13 is [E, N, H] and w2 is [E, H, I]; transpose a [E, I, H] w2 with w2.transpose(1, 2)")
+    I = w2.shape[2]
+    if N not in (2 * I, I):
+        raise InputError("w13.shape[1]", N, f"2*I={2 * I} (gated) or I={I} (non-gated), I = w2.shape[2]",
+                         "w13 rows are [gate; up] for gated activations")
+    if w2.device != w13.device:
+        raise InputError("w2.device", w2.device, f"{w13.device} (that of w13)", "move both to one device")
+
+
+def _scale_tensor(name: str, v, device) -> torch.Tensor:
+    """A static activation scale (float or 1-element tensor) -> fp32 [1] on ``device``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, torch.Tensor)):
+        raise ConfigTypeError(name, v, "a float or a 1-element tensor")
+    t = torch.as_tensor(v, dtype=torch.float32).reshape(-1).to(device)
+    if t.numel() != 1:
+        raise InputError(name, tuple(t.shape), "one element (a per-tensor input scale)", "pass a float")
+    if not (float(t) > 0 and float(t) < float("inf")):   # load time, host sync is fine
+        raise InputError(name, float(t), "a finite float > 0", "use the checkpoint's input_scale")
+    return t
+
+
+def _check_bias(name: str, b, E: int, out: int) -> None:
+    if b is None:
+        return
+    if not isinstance(b, torch.Tensor):
+        raise ConfigTypeError(name, b, "torch.Tensor or None")
+    if tuple(b.shape) != (E, out):
+        raise InputError(f"{name}.shape", tuple(b.shape), f"{(E, out)}", "w13_bias is [E, N], w2_bias is [E, H]")
+
+
+def quantize_experts(w13: torch.Tensor, w2: torch.Tensor, scheme: Union[QuantScheme, str], *,
+                     w13_bias: Optional[torch.Tensor] = None, w2_bias: Optional[torch.Tensor] = None,
+                     a13_scale=None, a2_scale=None) -> ExpertWeights:
+    """Quantize expert weights to ``scheme``.
+
+    w13 [E, N, H], w2 [E, H, I]: bfloat16 / float16 / float32. ``scheme``: a QuantScheme or a
+    string for ``QuantScheme.parse`` ('fp8_block', 'int4_w4a16:g64:zp', 'fp8_tensor:static').
+    Static fp8_tensor needs ``a13_scale`` / ``a2_scale`` (floats or 1-element tensors, the
+    checkpoint's input scales), stored as fp32 [1]. Scheme 'none' returns the tensors unchanged.
+    Biases (w13_bias [E, N], w2_bias [E, H]) are passed through.
+    """
+    scheme = QuantScheme.parse(scheme)
+    _check_pair(w13, w2)
+    for name, w in (("w13", w13), ("w2", w2)):
+        if w.dtype not in _FLOAT_DTYPES:
+            raise InputError(f"{name}.dtype", w.dtype, _FLOAT_DTYPES,
+                             "quantize from a 16/32-bit checkpoint (fp8 DeepSeek checkpoints: from_deepseek_fp8)")
+    E, N, H = w13.shape
+    _check_bias("w13_bias", w13_bias, E, N)
+    _check_bias("w2_bias", w2_bias, E, H)
+    if scheme.static_activation_scale:
+        for name, v in (("a13_scale", a13_scale), ("a2_scale", a2_scale)):
+            if v is None:
+                raise InputError(name, None, "a float or a 1-element tensor",
+                                 f"'{scheme.name}' uses calibrated input scales: pass a13_scale= and a2_scale=, "
+                                 "or use the dynamic scheme 'fp8_tensor'")
+        a13 = _scale_tensor("a13_scale", a13_scale, w13.device)
+        a2 = _scale_tensor("a2_scale", a2_scale, w13.device)
+    else:
+        for name, v in (("a13_scale", a13_scale), ("a2_scale", a2_scale)):
+            if v is not None:
+                raise ConfigError(name, v, [None], f"'{scheme.name}' has no static input scale; "
+                                  "for fp8 with calibrated input scales use scheme 'fp8_tensor:static'")
+        a13 = a2 = None
+    if scheme.method == QuantMethod.NONE:
+        return ExpertWeights(w13=w13, w2=w2, scheme=scheme, w13_bias=w13_bias, w2_bias=w2_bias)
+    q13 = quantize_weight(w13, scheme, name="w13")
+    q2 = quantize_weight(w2, scheme, name="w2")
+    return ExpertWeights(w13=q13["w"], w2=q2["w"], scheme=scheme,
+                         w13_scale=q13["scale"], w2_scale=q2["scale"],
+                         w13_zero=q13["zero"], w2_zero=q2["zero"],
+                         w13_global_scale=q13["global_scale"], w2_global_scale=q2["global_scale"],
+                         a13_scale=a13, a2_scale=a2, w13_bias=w13_bias, w2_bias=w2_bias)
+
+
+def dequantize_experts(weights: ExpertWeights):
+    """ExpertWeights -> (w13 fp32 [E, N, H], w2 fp32 [E, H, I]), K unpacked."""
+    if not isinstance(weights, ExpertWeights):
+        raise ConfigTypeError("weights", weights, "fusedmoe.ExpertWeights")
+    s = weights.scheme
+    w13 = dequantize_weight(weights.w13, s, weights.w13_scale, weights.w13_zero, weights.w13_global_scale)
+    w2 = dequantize_weight(weights.w2, s, weights.w2_scale, weights.w2_zero, weights.w2_global_scale)
+    return w13, w2
+
+
+# ----------------------------------------------------------------------------- checkpoint loaders
+def from_deepseek_fp8(w13_fp8: torch.Tensor, w2_fp8: torch.Tensor, w13_scale_inv: torch.Tensor,
+                      w2_scale_inv: torch.Tensor, *, block_shape=(128, 128)) -> ExpertWeights:
+    """DeepSeek-V3 style fp8 experts -> ExpertWeights('fp8_block').
+
+    w13_fp8 [E, N, H] float8_e4m3fn ([gate_proj; up_proj] stacked per expert), w2_fp8 [E, H, I];
+    w13_scale_inv [E, ceil(N/128), ceil(H/128)], w2_scale_inv [E, ceil(H/128), ceil(I/128)]:
+    ``weight_scale_inv``, which MULTIPLIES (value = fp8 * scale_inv); converted to fp32.
+    Stacking per-expert gate/up scale_inv along dim 0 is exact only when I % 128 == 0
+    (true for DeepSeek-V3, I = 2048).
+    """
+    scheme = QuantScheme("fp8_block", block_shape=tuple(block_shape))
+    _check_pair(w13_fp8, w2_fp8)
+    for name, w in (("w13_fp8", w13_fp8), ("w2_fp8", w2_fp8)):
+        if w.dtype != torch.float8_e4m3fn:
+            raise InputError(f"{name}.dtype", w.dtype, [torch.float8_e4m3fn],
+                             "for 16/32-bit weights use quantize_experts(w13, w2, 'fp8_block')")
+    bn, bk = scheme.block_shape
+    scales = []
+    for name, w, s in (("w13_scale_inv", w13_fp8, w13_scale_inv), ("w2_scale_inv", w2_fp8, w2_scale_inv)):
+        if not isinstance(s, torch.Tensor):
+            raise ConfigTypeError(name, s, "torch.Tensor")
+        E, out, K = w.shape
+        want = (E, -(-out // bn), -(-K // bk))
+        if tuple(s.shape) != want:
+            raise InputError(f"{name}.shape", tuple(s.shape), f"{want} (blocks {bn}x{bk} of {tuple(w.shape)})",
+                             "pass the checkpoint's weight_scale_inv stacked over experts")
+        scales.append(s.to(device=w.device, dtype=torch.float32))
+    return ExpertWeights(w13=w13_fp8, w2=w2_fp8, scheme=scheme, w13_scale=scales[0], w2_scale=scales[1])
+
+
+def _stack(name: str, ts: Sequence[torch.Tensor]) -> torch.Tensor:
+    if isinstance(ts, torch.Tensor):
+        raise InputError(name, f"a tensor of shape {tuple(ts.shape)}", "a list of 2-D tensors, one per expert",
+                         "for stacked [E, ...] tensors use from_fused_gate_up or quantize_experts")
+    if not isinstance(ts, (list, tuple)) or not ts:
+        raise ConfigTypeError(name, ts, "a non-empty list of tensors (one per expert)")
+    for e, t in enumerate(ts):
+        if not isinstance(t, torch.Tensor):
+            raise ConfigTypeError(f"{name}[{e}]", t, "torch.Tensor")
+    shapes = {tuple(t.shape) for t in ts}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise InputError(name, sorted(shapes), "2-D tensors of one shape", "every expert has the same shape")
+    return torch.stack(list(ts))
+
+
+def from_per_expert(gate: Sequence[torch.Tensor], up: Optional[Sequence[torch.Tensor]],
+                    down: Sequence[torch.Tensor], scheme: Union[QuantScheme, str, None] = None,
+                    **kwargs) -> ExpertWeights:
+    """Per-expert nn.Linear weights (Mixtral/Qwen/DeepSeek checkpoints) -> ExpertWeights.
+
+    gate[e] [I, H] (``gate_proj`` / ``w1``), up[e] [I, H] (``up_proj`` / ``w3``), down[e] [H, I]
+    (``down_proj`` / ``w2``). w13 = [gate; up] -> [E, 2I, H], w2 -> [E, H, I]. ``up=None`` for
+    non-gated activations (w13 = gate, [E, I, H]). ``scheme`` None or 'none' keeps the dtype;
+    otherwise quantizes; ``kwargs`` go to ``quantize_experts`` (biases, static scales).
+    """
+    g = _stack("gate", gate)                                            # [E, I, H]
+    d = _stack("down", down)                                            # [E, H, I]
+    for name, ts in (("up", up), ("down", down)):
+        if ts is not None and len(ts) != len(gate):
+            raise InputError(f"len({name})", len(ts), f"{len(gate)} (len(gate))", "pass one tensor per expert")
+    if up is not None:
+        u = _stack("up", up)                                            # [E, I, H]
+        if u.shape != g.shape:
+            raise InputError("up", tuple(u.shape[1:]), f"the shape of gate {tuple(g.shape[1:])}",
+                             "gate and up projections have the same shape [I, H]")
+        w13 = torch.cat([g, u], dim=1)                                  # [E, 2I, H]
+    else:
+        w13 = g                                                         # [E, I, H]
+    return quantize_experts(w13, d, scheme, **kwargs)
+
+
+def from_fused_gate_up(gate_up: torch.Tensor, down: torch.Tensor, scheme: Union[QuantScheme, str, None] = None,
+                       *, transposed: bool = False, **kwargs) -> ExpertWeights:
+    """Fused gate/up experts -> ExpertWeights.
+
+    transposed=False: gate_up [E, N, H], down [E, H, I] (nn.Linear [out, in] layout).
+    transposed=True:  gate_up [E, H, N], down [E, I, H] (Hugging Face fused experts, e.g.
+    Llama-4 / gpt-oss ``gate_up_proj`` and ``down_proj``, used as x @ W).
+    Row order along N is kept: [gate; up] halves for most models, interleaved for gpt-oss
+    (MoEConfig(activation='swigluoai') expects interleaved). ``scheme`` None or 'none' keeps
+    the dtype; ``kwargs`` go to ``quantize_experts`` (e.g. gpt-oss biases w13_bias=, w2_bias=).
+    """
+    if not isinstance(transposed, bool):
+        raise ConfigTypeError("transposed", transposed, "bool")
+    _check_weight("gate_up", gate_up)
+    _check_weight("down", down)
+    w13 = gate_up.transpose(1, 2).contiguous() if transposed else gate_up     # [E, N, H]
+    w2 = down.transpose(1, 2).contiguous() if transposed else down             # [E, H, I]
+    if w13.shape[2] != w2.shape[1] or w13.shape[1] not in (w2.shape[2], 2 * w2.shape[2]):
+        raise InputError("transposed", transposed,
+                         f"a value matching gate_up {tuple(gate_up.shape)} and down {tuple(down.shape)}",
+                         "transposed=False expects gate_up [E, N, H], down [E, H, I]; "
+                         "transposed=True expects gate_up [E, H, N], down [E, I, H]")
+    return quantize_experts(w13, w2, scheme, **kwargs)

@@ -1,0 +1,625 @@
+"""Launch configs of the Triton grouped GEMMs: tuned-file lookup, defaults, and the tuner.
+
+File format (see ``fusedmoe/kernels/configs/README.md``)::
+
+    E={E},N={N},device_name={device},dtype={tag}[,block_shape=[bn,bk]].json
+    {"triton_version": "3.6.0",
+     "1":  {"gemm1": {BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps, num_stages, SPLIT_K},
+            "gemm2": {...}},
+     "16": {...}, ...,
+     "meta": {...}}            # optional evidence written by the tuner; ignored by the lookup
+
+E = local experts, N = intermediate size per partition (I_tp, as vLLM names it), device =
+``Platform.device_name`` (spaces -> '_', H200 family -> NVIDIA_H200), tag = the dtype name
+for the 'none' scheme ('bfloat16', 'float16', 'float32') else the scheme's method ('fp8_block',
+'int4_w4a16', ...). An entry without "gemm1"/"gemm2" (a vLLM-style flat config) serves both.
+
+Lookup rules:
+- ``override(...)`` (context manager) wins over everything.
+- Files are searched in ``FUSEDMOE_CONFIG_DIR`` first, then ``fusedmoe/kernels/configs/``;
+  the first file with the exact name is used.
+- The token-count key nearest to T is used (absolute distance, as vLLM does); on a tie the
+  LARGER key wins: its tiles were tuned for at least as many tokens per expert, and a BLOCK_M
+  that is too large only wastes masked rows, while one tuned for fewer tokens can starve the
+  tensor cores.
+- A file tuned under another Triton major.minor is still used; ``LaunchConfigs.notes`` says so
+  (and is shown in the selection report).
+- No file: ``fusedmoe.kernels.grouped_gemm.default_config`` (shape-aware defaults) and ONE
+  warning per file name per process, naming the file and the folders searched.
+
+``LaunchConfigs.load`` reads files once (at backend construction); ``.get(T)`` is pure Python
+with no I/O, no device work, safe inside CUDA-graph capture and torch.compile tracing.
+"""
+from __future__ import annotations
+
+import bisect
+import contextlib
+import contextvars
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence, Union
+
+from . import env
+from .config import MoEConfig, QuantMethod, QuantScheme, Routing, dtype_name
+from .errors import ConfigError, ConfigTypeError
+
+__all__ = [
+    "GEMM_KEYS", "LaunchConfigs", "config_file_name", "config_tag", "search_dirs", "package_config_dir",
+    "override", "normalize_launch_config", "candidate_configs", "tune", "DEFAULT_TUNE_TOKENS",
+]
+
+log = logging.getLogger("fusedmoe.tuning")
+
+#: Keys of one GEMM launch config. Missing optional keys are filled by ``normalize_launch_config``.
+GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages", "SPLIT_K")
+_REQUIRED = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")
+_OPTIONAL_DEFAULTS = {"GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3, "SPLIT_K": 1}
+
+#: Token counts the tuner measures by default (the bench's sweep: decode to prefill).
+DEFAULT_TUNE_TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
+
+_WARNED: set = set()          # file names already warned about in this process
+_OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("fusedmoe_launch_override", default=None)
+
+Pair = tuple  # (gemm1_cfg: dict, gemm2_cfg: dict)
+
+
+# ----------------------------------------------------------------------------------------------
+# names and places
+# ----------------------------------------------------------------------------------------------
+def config_tag(scheme, dtype) -> str:
+    """The ``dtype=`` field of a file name: dtype name for scheme 'none', else the scheme method."""
+    s = QuantScheme.parse(scheme)
+    if s.method == QuantMethod.NONE:
+        return dtype_name(dtype)
+    return s.method.value
+
+
+def config_file_name(E: int, N: int, device_name: str, scheme="none", dtype="bfloat16") -> str:
+    """``E={E},N={N},device_name={device_name},dtype={tag}[,block_shape=[bn,bk]].json``.
+
+    N is the intermediate size per partition (I_tp); ``device_name`` is ``Platform.device_name``.
+    """
+    s = QuantScheme.parse(scheme)
+    name = f"E={E},N={N},device_name={device_name},dtype={config_tag(s, dtype)}"
+    if s.method == QuantMethod.FP8_BLOCK:
+        bn, bk = s.block_shape
+        name += f",block_shape=[{bn},{bk}]"
+    return name + ".json"
+
+
+def package_config_dir() -> str:
+    """The folder of the configs shipped with fusedmoe (``fusedmoe/kernels/configs``)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "configs")
+
+
+def search_dirs() -> list:
+    """Folders searched, in order: FUSEDMOE_CONFIG_DIR (if set), then the package's folder."""
+    dirs = []
+    user = env.config_dir()
+    if user:
+        dirs.append(os.path.abspath(os.path.expanduser(user)))
+    dirs.append(package_config_dir())
+    return dirs
+
+
+def _running_triton_version() -> Optional[str]:
+    try:
+        import triton  # noqa: PLC0415 (optional dependency)
+        return str(triton.__version__)
+    except Exception:  # triton missing or broken: no version to compare
+        return None
+
+
+def _major_minor(v: Optional[str]) -> Optional[tuple]:
+    if not v:
+        return None
+    parts = str(v).split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# config dicts
+# ----------------------------------------------------------------------------------------------
+def normalize_launch_config(cfg, where: str = "launch config") -> dict:
+    """Check one GEMM config dict and fill optional keys (GROUP_SIZE_M=1, num_warps=4,
+    num_stages=3, SPLIT_K=1). Unknown keys are kept (kernels may take extra knobs)."""
+    if not isinstance(cfg, dict):
+        raise ConfigTypeError(where, cfg, "a dict with BLOCK_SIZE_M/N/K (and GROUP_SIZE_M, num_warps, num_stages, SPLIT_K)")
+    out = dict(cfg)
+    for k in _REQUIRED:
+        if k not in out:
+            raise ConfigError(f"{where}.{k}", None, "a positive power-of-two int", f"add {k} to the config", problem="is missing")
+    for k, v in _OPTIONAL_DEFAULTS.items():
+        out.setdefault(k, v)
+    for k in GEMM_KEYS:
+        v = out[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{where}.{k}", v, "a positive int", "rerun `fusedmoe tune` or fix the file")
+    return out
+
+
+def _split_entry(entry, where: str) -> Pair:
+    """{'gemm1': {...}, 'gemm2': {...}} or one flat vLLM-style config for both GEMMs -> pair."""
+    if isinstance(entry, (tuple, list)) and len(entry) == 2:
+        return (normalize_launch_config(entry[0], f"{where}.gemm1"), normalize_launch_config(entry[1], f"{where}.gemm2"))
+    if isinstance(entry, dict) and ("gemm1" in entry or "gemm2" in entry):
+        if "gemm1" not in entry or "gemm2" not in entry:
+            raise ConfigError(where, sorted(entry), "both 'gemm1' and 'gemm2'", "write both GEMMs' configs")
+        return (normalize_launch_config(entry["gemm1"], f"{where}.gemm1"),
+                normalize_launch_config(entry["gemm2"], f"{where}.gemm2"))
+    c = normalize_launch_config(entry, where)
+    return (c, dict(c))
+
+
+def _parse_table(data, where: str) -> dict:
+    """JSON object -> {T: (cfg1, cfg2)}; non-integer keys ('triton_version', 'meta') are skipped."""
+    if not isinstance(data, dict):
+        raise ConfigError(where, type(data).__name__, "a JSON object keyed by token counts",
+                          "see fusedmoe/kernels/configs/README.md")
+    table = {}
+    for k, v in data.items():
+        if not str(k).isdigit():
+            continue
+        table[int(k)] = _split_entry(v, f"{where}[{k!r}]")
+    if not table:
+        raise ConfigError(where, "no token-count keys", "at least one entry like \"16\": {\"gemm1\": ..., \"gemm2\": ...}",
+                          "rerun `fusedmoe tune` or delete the file", problem="has no configs")
+    return table
+
+
+def _nearest_key(keys: Sequence[int], T: int) -> int:
+    """Nearest key by absolute distance; ties go to the larger key. ``keys`` sorted, non-empty."""
+    i = bisect.bisect_left(keys, T)
+    if i == 0:
+        return keys[0]
+    if i == len(keys):
+        return keys[-1]
+    lo, hi = keys[i - 1], keys[i]
+    return hi if hi - T <= T - lo else lo
+
+
+def _default_fn() -> Callable:
+    from .kernels.grouped_gemm import default_config  # noqa: PLC0415 (kernels import triton lazily)
+    return default_config
+
+
+# ----------------------------------------------------------------------------------------------
+# override
+# ----------------------------------------------------------------------------------------------
+def _as_override(configs):
+    """Normalize what ``override`` accepts into a callable T -> pair."""
+    if isinstance(configs, LaunchConfigs):
+        return configs._lookup
+    if callable(configs):
+        return configs
+    if isinstance(configs, dict) and configs and all(isinstance(k, int) or str(k).isdigit() for k in configs):
+        table = {int(k): _split_entry(v, f"override[{k!r}]") for k, v in configs.items()}
+        keys = sorted(table)
+        return lambda T: table[_nearest_key(keys, T)]
+    pair = _split_entry(configs, "override")
+    return lambda T: pair
+
+
+@contextlib.contextmanager
+def override(configs):
+    """Force the launch configs every ``LaunchConfigs.get`` returns inside the block.
+
+    ``configs``: a (gemm1, gemm2) pair, a {"gemm1", "gemm2"} dict, one flat config (both
+    GEMMs), a {T: entry} table (nearest T), a ``LaunchConfigs``, or a callable T -> pair.
+    Nests; the innermost wins. Used by the tuner and by tests.
+    """
+    token = _OVERRIDE.set(_as_override(configs))
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
+
+
+# ----------------------------------------------------------------------------------------------
+# LaunchConfigs
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class LaunchConfigs:
+    """The launch configs of one (platform, E, N, H, top_k, scheme, dtype), loaded once.
+
+    ``get(T)`` -> (gemm1_cfg, gemm2_cfg); ``source`` is 'tuned:<path>' or 'default';
+    ``notes`` are human-readable remarks for the selection report (Triton mismatch, defaults).
+    """
+
+    E: int
+    N: int
+    H: int
+    top_k: int
+    tag: str
+    file_name: str
+    table: dict = field(default_factory=dict)          # {T: (cfg1, cfg2)}; empty -> defaults
+    source: str = "default"
+    notes: tuple = ()
+    triton_version: Optional[str] = None               # of the file
+    default_fn: Optional[Callable] = None              # (T, E, N, H, top_k, dtype) -> dict
+    _keys: list = field(default_factory=list, repr=False)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self._keys = sorted(self.table)
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def load(cls, platform, E: int, N: int, H: int, top_k: int, scheme="none", dtype="bfloat16",
+             *, default_fn: Optional[Callable] = None) -> "LaunchConfigs":
+        """Find and read the tuned file for this shape (the only I/O), else fall back to defaults.
+
+        ``platform``: a ``fusedmoe.Platform`` (or preset name / None for this machine).
+        ``E`` local experts, ``N`` intermediate size per partition, ``H`` hidden size.
+        """
+        from .platform import Platform  # noqa: PLC0415
+        plat = Platform.resolve(platform)
+        s = QuantScheme.parse(scheme)
+        tag = config_tag(s, dtype)
+        fname = config_file_name(E, N, plat.device_name, s, dtype)
+        dirs = search_dirs()
+        for d in dirs:
+            path = os.path.join(d, fname)
+            if os.path.isfile(path):
+                return cls._from_file(path, E, N, H, top_k, tag, fname, default_fn)
+        msg = (f"no tuned launch config {fname!r} (looked in: {', '.join(dirs)}); using shape-aware "
+               f"defaults, performance may be sub-optimal. Run `fusedmoe tune` on this GPU and put the "
+               f"file in FUSEDMOE_CONFIG_DIR.")
+        if plat.kind == "cuda":
+            if fname not in _WARNED:
+                _WARNED.add(fname)
+                log.warning(msg)
+        else:  # CPU / interpreter: speed is not the point there
+            log.debug(msg)
+        return cls(E, N, H, top_k, tag, fname, {}, "default",
+                   (f"default launch configs: {fname} not found in {', '.join(dirs)}",), None, default_fn)
+
+    @classmethod
+    def _from_file(cls, path, E, N, H, top_k, tag, fname, default_fn) -> "LaunchConfigs":
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ConfigError("tuned config file", path, "a readable JSON file",
+                              f"fix or delete it ({e}); rerun `fusedmoe tune`", problem="cannot be read") from None
+        table = _parse_table(data, os.path.basename(path))
+        fv = data.get("triton_version")
+        notes = []
+        run = _running_triton_version()
+        if fv is None:
+            notes.append(f"{fname} has no triton_version; it was used as is")
+        elif _major_minor(fv) != _major_minor(run):
+            notes.append(f"{fname} was tuned with Triton {fv}, running {run}: configs are used anyway; "
+                         f"retune (`fusedmoe tune`) if this shape is slow")
+            log.info("fusedmoe: %s", notes[-1])
+        return cls(E, N, H, top_k, tag, fname, table, f"tuned:{path}", tuple(notes), fv, default_fn)
+
+    @classmethod
+    def for_config(cls, config: MoEConfig, scheme="none", platform=None) -> "LaunchConfigs":
+        """``load`` with E, N, H, top_k and dtype taken from a ``MoEConfig``."""
+        return cls.load(platform, config.num_local_experts, config.intermediate_size, config.hidden_size,
+                        config.top_k, scheme, config.dtype)
+
+    @classmethod
+    def from_table(cls, table, *, E=0, N=0, H=0, top_k=1, tag="bfloat16", source="table") -> "LaunchConfigs":
+        """In-memory configs ({T: entry}), e.g. for tests or a tuner's result."""
+        parsed = _parse_table({str(k): v for k, v in table.items()}, source)
+        return cls(E, N, H, top_k, tag, "", parsed, source)
+
+    # -- lookup (hot path: no I/O) -------------------------------------------------------------
+    def get(self, T: int) -> Pair:
+        """(gemm1_cfg, gemm2_cfg) for T tokens: override > tuned file (nearest T) > defaults.
+
+        The returned dicts are shared; do not mutate them."""
+        ov = _OVERRIDE.get()
+        if ov is not None:
+            return ov(T)
+        return self._lookup(T)
+
+    def _lookup(self, T: int) -> Pair:
+        if self._keys:
+            return self.table[_nearest_key(self._keys, T)]
+        pair = self._cache.get(T)
+        if pair is None:
+            fn = self.default_fn or _default_fn()
+            pair = _split_entry(fn(T, self.E, self.N, self.H, self.top_k, self.tag), f"default_config(T={T})")
+            self._cache[T] = pair
+        return pair
+
+    @property
+    def is_tuned(self) -> bool:
+        return bool(self._keys)
+
+    def describe(self) -> str:
+        """One line for the selection report."""
+        s = f"launch configs: {self.source}"
+        if self._keys:
+            s += f" (T keys {self._keys})"
+        if self.notes:
+            s += "; " + "; ".join(self.notes)
+        return s
+
+
+# ----------------------------------------------------------------------------------------------
+# the tuner's search space
+# ----------------------------------------------------------------------------------------------
+#: Shared memory one Triton program may use on Hopper (227 KiB).
+SMEM_LIMIT = 232448
+
+
+def _next_pow2(x: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1.0, x))))
+
+
+def _tokens_per_active_expert(T: int, E: int, top_k: int) -> float:
+    """Average rows a hit expert sees: T*k slots spread over min(E, T*k) experts."""
+    slots = T * top_k
+    return slots / max(1, min(E, slots))
+
+
+def _bytes_per_elem(scheme: QuantScheme, dtype: str) -> tuple:
+    """(activation operand bytes, weight operand bytes) as the GEMMs load them."""
+    m = scheme.method
+    a = 1 if m.quantizes_activations and m != QuantMethod.NVFP4 else (4 if dtype == "float32" else 2)
+    w = {16: 4 if dtype == "float32" else 2, 8: 1, 4: 0.5}[scheme.weight_bits]
+    return a, w
+
+
+def _smem(bm, bn, bk, stages, a_bytes, w_bytes) -> float:
+    return stages * (bm * bk * a_bytes + bn * bk * w_bytes)
+
+
+def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, scheme="none",
+                      dtype="bfloat16", stage: str = "tiles", tiles: Iterable = (), space: Optional[dict] = None) -> list:
+    """Configs of one GEMM (output dim ``n_out``, reduction dim ``k_in``) worth timing at T tokens.
+
+    Pruned around the shape: BLOCK_SIZE_M tracks the tokens per hit expert (no BM=128 when each
+    expert gets one token), BLOCK_SIZE_N/K never exceed the matrix, stages fit shared memory.
+    ``stage``: 'tiles' (BM x BN x BK with a heuristic warps/stages), 'pipeline' (warps x stages
+    for the given ``tiles``), 'group' (GROUP_SIZE_M for the given ``tiles``; only when an expert
+    spans several M blocks). ``space`` ({key: [values]}) replaces the generated values per key.
+    """
+    s = QuantScheme.parse(scheme)
+    space = dict(space or {})
+    a_b, w_b = _bytes_per_elem(s, dtype)
+    m = _tokens_per_active_expert(T, E, top_k)
+    cap = min(128, max(16, _next_pow2(m)))
+    bms = space.get("BLOCK_SIZE_M") or sorted({max(16, cap // 2), cap})
+    small = m <= 16
+    bns = space.get("BLOCK_SIZE_N") or [b for b in ((32, 64, 128) if small else (64, 128, 256)) if b <= max(32, _next_pow2(n_out))]
+    bks = space.get("BLOCK_SIZE_K") or [b for b in ((64, 128, 256) if small else (64, 128)) if b <= max(32, _next_pow2(k_in))]
+    if s.method == QuantMethod.FP8_BLOCK:  # the kernels read one weight scale per (bn, bk) block per tile
+        bn_blk, bk_blk = s.block_shape
+        bks = space.get("BLOCK_SIZE_K") or [bk_blk]
+        bns = space.get("BLOCK_SIZE_N") or [b for b in (32, 64, 128) if bn_blk % b == 0]
+    elif s.group_size and s.method != QuantMethod.NONE:  # K tiles inside one scale group
+        bks = space.get("BLOCK_SIZE_K") or [b for b in bks if b <= s.group_size and s.group_size % b == 0] or [s.group_size]
+    warps = space.get("num_warps") or [4, 8]
+    stages = space.get("num_stages") or [2, 3, 4, 5]
+    groups = space.get("GROUP_SIZE_M") or [1, 8, 16, 32]
+    split = space.get("SPLIT_K") or [1]
+
+    def make(bm, bn, bk, w, st, g=1, sk=1):
+        return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g,
+                "num_warps": w, "num_stages": st, "SPLIT_K": sk}
+
+    out = []
+    if stage == "tiles":
+        for bm in bms:
+            for bn in bns:
+                for bk in bks:
+                    w = 4 if bm * bn <= 64 * 128 else 8
+                    fit = [st for st in stages if _smem(bm, bn, bk, st, a_b, w_b) <= SMEM_LIMIT]
+                    if not fit:
+                        continue
+                    st = 4 if 4 in fit else max(fit)
+                    for sk in split:
+                        out.append(make(bm, bn, bk, w, st, 1, sk))
+    elif stage == "pipeline":
+        for t in tiles:
+            bm, bn, bk = t["BLOCK_SIZE_M"], t["BLOCK_SIZE_N"], t["BLOCK_SIZE_K"]
+            for w in warps:
+                if w == 8 and bm * bn < 64 * 64:  # 8 warps on a tiny tile leave warps idle
+                    continue
+                for st in stages:
+                    if _smem(bm, bn, bk, st, a_b, w_b) <= SMEM_LIMIT:
+                        out.append(make(bm, bn, bk, w, st, 1, t.get("SPLIT_K", 1)))
+    elif stage == "group":
+        for t in tiles:
+            if m <= t["BLOCK_SIZE_M"]:  # one M block per expert: GROUP_SIZE_M changes nothing
+                continue
+            for g in groups:
+                out.append({**t, "GROUP_SIZE_M": g})
+    else:
+        raise ConfigError("stage", stage, ["tiles", "pipeline", "group"], "internal use")
+    seen, uniq = set(), []
+    for c in out:
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            uniq.append(c)
+    return uniq
+
+
+# ----------------------------------------------------------------------------------------------
+# the tuner
+# ----------------------------------------------------------------------------------------------
+def _tuning_backend(scheme: QuantScheme) -> str:
+    weight_only = (QuantMethod.INT8_W8A16, QuantMethod.INT4_W4A16, QuantMethod.FP8_W8A16, QuantMethod.MXFP4)
+    return "triton_weight_only" if scheme.method in weight_only else "triton"
+
+
+def _key(c: dict) -> tuple:
+    return tuple(sorted(c.items()))
+
+
+def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_TOKENS, *, platform=None,
+         search_space: Optional[dict] = None, out_dir: Optional[str] = None, progress: bool = True,
+         skew: Optional[float] = None, backend: Optional[str] = None, seed: int = 0,
+         budget_ms: float = 60.0) -> str:
+    """Measure launch configs for ``config`` x ``scheme`` at each T in ``tokens``; write the JSON; return its path.
+
+    Per T: realistic routing (random logits -> softmax top-k; with ``skew`` = alpha, expert
+    popularity is drawn from Dirichlet(alpha), the distribution-aware tuning of FlashInfer #4106,
+    so hot experts get many tokens as in real traffic); inputs rotate so L2 does not hold them.
+    GEMM1's candidates are timed with GEMM2 at its default, then GEMM2's with GEMM1 at its winner
+    (the whole experts forward of the Triton backend runs under ``override``, captured in a CUDA
+    graph, median of replays). Search: tiles first, then warps x stages for the best two tiles,
+    then GROUP_SIZE_M. The winner is checked against ``reference_moe``; a wrong winner is dropped
+    and the next one checked. ``search_space``: {key: [values]} replacing the generated values.
+    """
+    from .bench import harness  # noqa: PLC0415
+    from .platform import Platform  # noqa: PLC0415
+    plat = Platform.resolve(platform)
+    if plat.kind != "cuda":
+        raise ConfigError("platform", plat.name, "a CUDA GPU", "run `fusedmoe tune` on the GPU the configs are for")
+    s = QuantScheme.parse(scheme)
+    tokens = sorted({int(t) for t in tokens})
+    if not tokens or tokens[0] < 1:
+        raise ConfigError("tokens", tokens, "positive token counts", "e.g. --tokens 1,16,64,256,1024,4096")
+    cfg = config.replace(routing=Routing())  # the experts stage only; routing is generated here
+    out_dir = out_dir or env.config_dir() or package_config_dir()
+    os.makedirs(out_dir, exist_ok=True)
+    import torch  # noqa: PLC0415
+    from .layer import prepare_experts  # noqa: PLC0415
+
+    device = torch.device("cuda")
+    weights = harness.make_weights(cfg, s, device, seed=seed)
+    backend = backend or _tuning_backend(s)
+    pe = prepare_experts(cfg, weights, backend=backend, platform=plat)
+    base = LaunchConfigs.load(plat, cfg.num_local_experts, cfg.intermediate_size, cfg.hidden_size, cfg.top_k, s, cfg.dtype)
+    fname = config_file_name(cfg.num_local_experts, cfg.intermediate_size, plat.device_name, s, cfg.dtype)
+    E, k, H, N13, I = cfg.num_local_experts, cfg.top_k, cfg.hidden_size, cfg.n13, cfg.intermediate_size
+    l2 = harness.l2_bytes()
+    bar = harness.Progress(total=None, desc=f"tune {fname}", enabled=progress)
+    results, meta_points = {}, {}
+    t_start = time.perf_counter()
+
+    def measure(pair, sets):
+        with override(pair):
+            return harness.time_impl(pe, sets, graph=True, budget_ms=budget_ms, min_reps=3)
+
+    for T in tokens:
+        sets = harness.make_input_sets(cfg, T, device, seed=seed + T, skew=skew, l2_bytes=l2,
+                                       weight_bytes=harness.total_weight_bytes(weights), min_sets=2, max_sets=16)
+        default_pair = base._lookup(T) if base.is_tuned else LaunchConfigs(
+            E, I, H, k, base.tag, fname, default_fn=base.default_fn)._lookup(T)
+        timed = {}   # (gemm, key) -> us
+        failures = []
+
+        def search(gemm: str, fixed: dict, n_out: int, k_in: int) -> list:
+            def run(cands):
+                for c in cands:
+                    if (gemm, _key(c)) in timed:
+                        continue
+                    pair = (c, fixed) if gemm == "gemm1" else (fixed, c)
+                    try:
+                        timed[(gemm, _key(c))] = (measure(pair, sets).best_us, c)
+                    except Exception as e:  # a config the kernel cannot launch (shared memory, ...)
+                        failures.append(f"{gemm} {c}: {type(e).__name__}: {str(e)[:120]}")
+                        timed[(gemm, _key(c))] = (math.inf, c)
+                    bar.update(1, f"T={T} {gemm}")
+
+            def ranked():
+                return sorted((v for (g, _), v in timed.items() if g == gemm), key=lambda x: x[0])
+
+            tiles = candidate_configs(T, E, k, n_out, k_in, scheme=s, dtype=cfg.dtype, stage="tiles", space=search_space)
+            bar.add_total(len(tiles))
+            run(tiles)
+            top = [c for t, c in ranked()[:2] if t < math.inf]
+            pipe = candidate_configs(T, E, k, n_out, k_in, scheme=s, dtype=cfg.dtype, stage="pipeline", tiles=top,
+                                     space=search_space)
+            bar.add_total(len(pipe))
+            run(pipe)
+            top = [c for t, c in ranked()[:1] if t < math.inf]
+            grp = candidate_configs(T, E, k, n_out, k_in, scheme=s, dtype=cfg.dtype, stage="group", tiles=top,
+                                    space=search_space)
+            bar.add_total(len(grp))
+            run(grp)
+            return [c for t, c in ranked() if t < math.inf]
+
+        ranked1 = search("gemm1", default_pair[1], N13, H)
+        if not ranked1:
+            raise ConfigError("tune", f"T={T}", "at least one launchable gemm1 config",
+                              "every candidate failed: " + "; ".join(failures[:3]), problem="found no config")
+        ranked2 = search("gemm2", ranked1[0], H, I)
+        if not ranked2:
+            raise ConfigError("tune", f"T={T}", "at least one launchable gemm2 config",
+                              "every candidate failed: " + "; ".join(failures[:3]), problem="found no config")
+        best = None
+        for c1 in ranked1[:3]:
+            for c2 in ranked2[:3]:
+                with override((c1, c2)):
+                    err = harness.check_impl(pe, cfg, weights, T, device, seed=seed + 7919 * T, skew=skew)
+                if err.ok:
+                    best = (c1, c2, err.rel_err)
+                    break
+                failures.append(f"wrong result (rel err {err.rel_err:.3g}) with {c1} / {c2}")
+            if best:
+                break
+        if best is None:
+            raise ConfigError("tune", f"T={T}", "a config whose output matches the reference",
+                              "the fastest configs give wrong results; this is a kernel bug: " + "; ".join(failures[-3:]),
+                              problem="found no correct config")
+        tuned_us = measure((best[0], best[1]), sets).best_us
+        try:
+            default_us = measure(default_pair, sets).best_us
+        except Exception as e:  # the default itself cannot launch: report, do not fail the tuning
+            default_us = None
+            failures.append(f"default config failed: {e}")
+        results[T] = {"gemm1": best[0], "gemm2": best[1]}
+        meta_points[str(T)] = {"tuned_us": round(tuned_us, 3),
+                               "default_us": None if default_us is None else round(default_us, 3),
+                               "speedup_vs_default": None if not default_us else round(default_us / tuned_us, 3),
+                               "rel_err": best[2], "candidates": len(timed), "failed": len(failures)}
+        for f_ in failures:
+            log.debug("tune T=%d: %s", T, f_)
+    bar.close()
+    path = os.path.join(out_dir, fname)
+    data = _merge_existing(path, results)
+    data["meta"] = {
+        "device": plat.name, "device_name": plat.device_name, "backend": backend,
+        "shape": {"E": E, "N": I, "H": H, "top_k": k, "activation": cfg.activation.value, "dtype": cfg.dtype},
+        "scheme": s.name, "routing": "uniform" if skew is None else f"dirichlet(alpha={skew})",
+        "torch": torch.__version__, "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "seconds": round(time.perf_counter() - t_start, 1), "points": meta_points,
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+    _WARNED.discard(fname)
+    return path
+
+
+def _merge_existing(path: str, results: dict) -> dict:
+    """New results over an existing file's entries when both were tuned with the same Triton."""
+    run = _running_triton_version()
+    entries = {}
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                old = json.load(f)
+            if _major_minor(old.get("triton_version")) == _major_minor(run):
+                entries = {int(k): v for k, v in old.items() if str(k).isdigit()}
+        except (OSError, ValueError):
+            entries = {}
+    entries.update(results)
+    data = {"triton_version": run}
+    for T in sorted(entries):
+        data[str(T)] = entries[T]
+    return data
+
+
+def _print(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
