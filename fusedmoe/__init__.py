@@ -6,3 +6,7 @@ from .config import (Activation, ExpertPlacement, GateUpLayout, MoEConfig, Paral
 from .errors import ConfigError, FusedMoEError, InputError, NoBackendError  # noqa: F401
 from .platform import Platform  # noqa: F401
 from .weights import ExpertWeights  # noqa: F401
+from .layer import FusedMoE, PreparedExperts, fused_experts, prepare_experts  # noqa: F401,E402
+from .oracle import Selection, select_backend  # noqa: F401,E402
+from .quantize import (dequantize_experts, from_deepseek_fp8, from_fused_gate_up,  # noqa: F401,E402
+                       from_per_expert, quantize_experts)

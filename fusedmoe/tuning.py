@@ -39,7 +39,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence, Union
@@ -511,8 +510,7 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
     for T in tokens:
         sets = harness.make_input_sets(cfg, T, device, seed=seed + T, skew=skew, l2_bytes=l2,
                                        weight_bytes=harness.total_weight_bytes(weights), min_sets=2, max_sets=16)
-        default_pair = base._lookup(T) if base.is_tuned else LaunchConfigs(
-            E, I, H, k, base.tag, fname, default_fn=base.default_fn)._lookup(T)
+        default_pair = _split_entry(_default_fn()(T, E, I, H, k, base.tag), f"default_config(T={T})")
         timed = {}   # (gemm, key) -> us
         failures = []
 
@@ -619,7 +617,3 @@ def _merge_existing(path: str, results: dict) -> dict:
     for T in sorted(entries):
         data[str(T)] = entries[T]
     return data
-
-
-def _print(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)

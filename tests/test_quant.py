@@ -208,6 +208,13 @@ def test_fake_quant_activation(scheme):
         assert 0 < _rel(y, x) < bound
 
 
+@pytest.mark.parametrize("scheme", ["fp8_tensor", "fp8_channel", "fp8_block", "int8_channel", "nvfp4"])
+def test_fake_quant_activation_no_tokens(scheme):
+    # an expert that receives no token quantizes an empty [0, K] input
+    y = Q.fake_quant_activation(torch.empty(0, 256), scheme)
+    assert y.shape == (0, 256) and y.dtype == torch.float32
+
+
 def test_fake_quant_activation_matches_quantizers():
     x = _randn(5, 256, seed=7)
     torch.testing.assert_close(Q.fake_quant_activation(x, "fp8_tensor"), Q.dequant_fp8_tensor(*Q.quant_fp8_tensor(x)))

@@ -16,6 +16,7 @@ from typing import Optional
 
 import torch
 
+from ..config import GateUpLayout
 from .activations import apply_activation
 
 __all__ = ["align_ref", "local_ids", "dequant", "gemm1_act_ref", "gemm2_ref", "moe_ref", "moe_naive_loop"]
@@ -97,7 +98,7 @@ def gemm1_act_ref(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, ac
         if bias is not None:
             g = g + bias[e].float()
         h[s] = apply_activation(g, activation, swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
-                                layout="halves" if gated else None)
+                                layout=GateUpLayout.HALVES if gated else None)
     return h
 
 
@@ -153,7 +154,7 @@ def moe_naive_loop(x, w13, w2, topk_weights, topk_ids, activation: str = "silu",
             if w13_bias is not None:
                 a = a + w13_bias[e].double().cpu()
             act = apply_activation(a[None], activation, swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
-                                   layout="halves" if gated else None)[0].double()
+                                   layout=GateUpLayout.HALVES if gated else None)[0].double()
             y = w2[e].double().cpu() @ act                                       # [H]
             if w2_bias is not None:
                 y = y + w2_bias[e].double().cpu()

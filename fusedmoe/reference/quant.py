@@ -77,7 +77,10 @@ def _check_float(name: str, x) -> None:
 def _amax(x: torch.Tensor, dim, keepdim: bool = True) -> torch.Tensor:
     """abs-max over ``dim`` in fp32 with Inf mapped to NaN (the NaN/Inf policy)."""
     a = x.float().abs()
-    a = a.amax() if dim is None else a.amax(dim=dim, keepdim=keepdim)   # dim=None: the whole tensor, 0-d
+    if dim is None:                 # the whole tensor, 0-d; an empty tensor (T = 0) has amax 0
+        a = a.amax() if a.numel() else a.new_zeros(())
+    else:
+        a = a.amax(dim=dim, keepdim=keepdim)
     return torch.where(torch.isinf(a), _NAN, a)
 
 

@@ -1,0 +1,1 @@
+"""The ``fusedmoe`` command line (see main.py)."""

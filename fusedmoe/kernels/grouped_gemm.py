@@ -1,0 +1,499 @@
+"""Grouped (per-expert) GEMMs of the MoE layer, standard activation format.
+
+Legend: T tokens, E experts (local), k top-k, H hidden, I intermediate, N = 2I (gated) or I,
+n = T*k (token, slot) pairs flattened as s = t*k + j, S = SPLIT_K.
+
+  gemm1_act: h [n, I]  = act(x[s // k] @ w13[e]^T + b13[e])   x [T, H], w13 [E, N, H]
+  gemm2:     out [T, H] = sum_j w[s] * (h[s] @ w2[e]^T + b2[e])  h [n, I], w2 [E, H, I]
+
+One kernel, ``_moe_gemm_kernel``, serves both. Rows come from ``AlignResult`` (kernels/align.py):
+program (pid_m, pid_n) takes BM slots of ONE expert from sorted_ids, gathers their A rows
+(slot // A_DIV), multiplies by that expert's weight tile and scatters the C rows
+(slot // C_DIV). Sentinel slots (== n) are computed on A row 0 and never stored.
+
+GEMM1 fuses the gated activation: each program holds two accumulators, gate (w13 rows n)
+and up (rows I + n), so the [n, 2I] pre-activation never reaches memory (saves writing
+and reading 2 * n * 2I bytes: 400 MB at T=4096, k=8, I=768... in bf16 ~0.13 ms on H100).
+The weights are always in halves layout here (backends de-interleave swigluoai once).
+
+GEMM2 multiplies the routing weight in its epilogue, then reduces over k either
+  'deterministic': store y [S, n, H], then ``_moe_reduce_kernel`` sums slots (and splits)
+                   of each token in a fixed order -> bitwise reproducible;
+  'atomic':        tl.atomic_add into an fp32 [T, H] buffer (zeroed first), then cast.
+Slots dropped by expert_map are never computed; the reduce skips them (from topk_ids and
+expert_map), and the atomic buffer starts at zero, so tokens with no local slot get 0.
+
+Quantization (hooks for fp8 / int8): A_SCALE 0 none | 1 tensor [1] | 2 per row [M, 1] |
+3 block [M, K/bk]; B_SCALE 0 none | 1 per expert [E] | 2 per channel [E, N] | 3 block
+[E, N/bn, K/bk]. Block scales are applied per K tile inside the loop (BLOCK_SIZE_K must
+divide bk); the others once after it. int8 x int8 accumulates in int32; a 16-bit A with
+an 8-bit B (weight-only) casts B to A's dtype in the loop.
+
+Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
+num_stages, SPLIT_K). BLOCK_SIZE_M must divide the AlignResult's block_m. See
+``default_config`` for the decode and prefill regimes.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .align import AlignResult, align_block_size, max_padded_size
+
+__all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
+           "gemm2_workspace_spec", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
+
+# activation name -> constexpr id of the epilogue
+ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3,
+               "relu2_no_mul": 4, "silu_no_mul": 5, "gelu_no_mul": 6}
+QUANT_MODES = ("none", "tensor", "channel", "block")
+REDUCE_MODES = ("deterministic", "atomic")
+_NO_ACT = -1
+
+
+# ----------------------------------------------------------------------------------------
+@triton.jit
+def _gelu_erf(x):
+    return 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+
+
+@triton.jit
+def _activation(g, u, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, limit, alpha):
+    """Epilogue activation in fp32; ``u`` is ignored for the *_no_mul ids (4..6)."""
+    if ACT == 0:                                      # silu(min(g,L)) * clamp(u, -L, L)
+        if HAS_LIMIT:
+            g = tl.minimum(g, limit)
+            u = tl.minimum(tl.maximum(u, -limit), limit)
+        h = g * tl.sigmoid(g) * u
+    elif ACT == 1:
+        h = _gelu_erf(g) * u
+    elif ACT == 2:                                    # tanh(z) = 2*sigmoid(2z) - 1: no libdevice needed
+        z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+        h = g * tl.sigmoid(2.0 * z) * u               # 0.5*g*(1 + tanh(z)) = g*sigmoid(2z)
+    elif ACT == 3:                                    # swigluoai (gpt-oss), halves layout here
+        g = tl.minimum(g, limit)
+        u = tl.minimum(tl.maximum(u, -limit), limit)
+        h = (u + 1.0) * g * tl.sigmoid(alpha * g)
+    elif ACT == 4:
+        r = tl.maximum(g, 0.0)
+        h = r * r
+    elif ACT == 5:
+        h = g * tl.sigmoid(g)
+    else:
+        h = _gelu_erf(g)
+    return h
+
+
+@triton.jit
+def _dot(a, b, acc, FP32_IEEE: tl.constexpr):
+    if FP32_IEEE:   # fp32 operands: exact fp32 products, not TF32's 10-bit mantissa
+        return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_per_split"])
+def _moe_gemm_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
+    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
+    N_OUT, K, num_pairs, num_m_blocks, k_per_split,
+    stride_am, stride_ak, stride_be, stride_bn, stride_bk,
+    stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    limit, alpha,
+    A_DIV: tl.constexpr, C_DIV: tl.constexpr, ALIGN_BM: tl.constexpr,
+    GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
+    A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
+    EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    # GROUP_M m-blocks walk the n-blocks together: consecutive m-blocks usually share an
+    # expert, so its weight tiles are read from L2 instead of HBM
+    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
+    in_group = GROUP_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_M
+    rows_in_group = tl.minimum(num_m_blocks - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % rows_in_group
+    pid_n = (pid % in_group) // rows_in_group
+
+    if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
+        return                                        # past the padded total: nothing to do
+    e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
+    if e < 0:
+        return
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    slots = tl.load(sorted_ids_ptr + offs_m)                                    # [BM]
+    row_ok = slots < num_pairs
+    # padding rows read A row 0 (valid memory, unmasked loads pipeline better); never stored
+    a_rows = tl.where(row_ok, slots // A_DIV, 0).to(tl.int64)                   # [BM]
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_bn = offs_n % N_OUT          # wrapped columns: B loads need no N mask, stores do
+    offs_k = tl.arange(0, BLOCK_K)
+    k_lo = pid_k * k_per_split
+    num_k = tl.cdiv(tl.minimum(K - k_lo, k_per_split), BLOCK_K)
+
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + (k_lo + offs_k)[None, :] * stride_ak         # [BM, BK]
+    b_ptrs = b_ptr + e * stride_be + offs_bn[None, :] * stride_bn + (k_lo + offs_k)[:, None] * stride_bk  # [BK, BN]
+    up = N_OUT * stride_bn                            # up rows follow the gate rows (halves)
+    BLOCK_SCALED: tl.constexpr = (A_SCALE == 3) or (B_SCALE == 3)
+    INT_ACC: tl.constexpr = (a_ptr.dtype.element_ty == tl.int8) and (not BLOCK_SCALED)
+    acc_ty: tl.constexpr = tl.int32 if INT_ACC else tl.float32
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=acc_ty)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=acc_ty)
+    if A_SCALE == 3:
+        as_ptrs = a_scale_ptr + a_rows * stride_asm                             # [BM]
+    if B_SCALE == 3:
+        bs_ptrs = b_scale_ptr + e * stride_bse + (offs_bn // GROUP_N) * stride_bsn             # [BN]
+        bs_up_ptrs = b_scale_ptr + e * stride_bse + ((offs_bn + N_OUT) // GROUP_N) * stride_bsn
+
+    for it in range(0, num_k):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+            if GATED:
+                b_u = tl.load(b_ptrs + up)
+        else:
+            k_ok = (k_lo + it * BLOCK_K + offs_k) < K
+            a = tl.load(a_ptrs, mask=k_ok[None, :], other=0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0)
+            if GATED:
+                b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0)
+        if b.dtype != a.dtype:                        # weight-only: 8-bit B, 16-bit A
+            b = b.to(a.dtype)
+            if GATED:
+                b_u = b_u.to(a.dtype)
+        if BLOCK_SCALED:
+            kg = (k_lo + it * BLOCK_K) // GROUP_K
+            if A_SCALE == 3:
+                sa = tl.load(as_ptrs + kg * stride_ask)[:, None]
+            else:
+                sa = 1.0
+            if B_SCALE == 3:
+                sb = tl.load(bs_ptrs + kg * stride_bsk)[None, :]
+            else:
+                sb = 1.0
+            acc += _dot(a, b, None, FP32_IEEE).to(tl.float32) * (sa * sb)
+            if GATED:
+                if B_SCALE == 3:
+                    sb = tl.load(bs_up_ptrs + kg * stride_bsk)[None, :]
+                acc_u += _dot(a, b_u, None, FP32_IEEE).to(tl.float32) * (sa * sb)
+        else:
+            acc = _dot(a, b, acc, FP32_IEEE)
+            if GATED:
+                acc_u = _dot(a, b_u, acc_u, FP32_IEEE)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    # ---- epilogue: scales, bias, activation, routing weight, store ----
+    acc = acc.to(tl.float32)
+    acc_u = acc_u.to(tl.float32)
+    if A_SCALE == 1:
+        sa = tl.load(a_scale_ptr)
+        acc *= sa
+        acc_u *= sa
+    elif A_SCALE == 2:
+        sa = tl.load(a_scale_ptr + a_rows * stride_asm)[:, None]
+        acc *= sa
+        acc_u *= sa
+    if B_SCALE == 1:
+        sb = tl.load(b_scale_ptr + e * stride_bse)
+        acc *= sb
+        acc_u *= sb
+    elif B_SCALE == 2:
+        acc *= tl.load(b_scale_ptr + e * stride_bse + offs_bn * stride_bsn)[None, :]
+        if GATED:
+            acc_u *= tl.load(b_scale_ptr + e * stride_bse + (offs_bn + N_OUT) * stride_bsn)[None, :]
+    if HAS_BIAS:
+        bias_p = bias_ptr + e * stride_bias_e + offs_bn * stride_bias_n
+        bias = tl.load(bias_p).to(tl.float32)[None, :]
+        if SPLIT_K > 1:
+            bias = bias * (pid_k == 0).to(tl.float32)    # one split adds the bias
+        acc += bias
+        if GATED:
+            acc_u += tl.load(bias_p + N_OUT * stride_bias_n).to(tl.float32)[None, :]
+    if ACT >= 0:
+        acc = _activation(acc, acc_u, ACT, HAS_LIMIT, limit, alpha)
+    if MUL_W:
+        acc *= tl.load(topk_w_ptr + slots, mask=row_ok, other=0.0).to(tl.float32)[:, None]
+
+    c_mask = row_ok[:, None] & (offs_n < N_OUT)[None, :]
+    c_rows = (slots // C_DIV).to(tl.int64)
+    c_ptrs = c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    if ATOMIC:
+        tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+    else:
+        tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit(do_not_specialize=["num_global"])
+def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, H, num_global, E,
+                       stride_ys, stride_ym, stride_om,
+                       TOP_K: tl.constexpr, SPLIT_K: tl.constexpr, HAS_MAP: tl.constexpr,
+                       BLOCK_H: tl.constexpr):
+    """out[t] = sum over kept slots j (then splits) of y[split, t*k + j]: a fixed order."""
+    t = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = offs < H
+    acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for j in tl.static_range(TOP_K):
+        s = t * TOP_K + j
+        g = tl.load(ids_ptr + s).to(tl.int32)
+        if HAS_MAP:
+            loc = tl.load(map_ptr + g, mask=(g >= 0) & (g < num_global), other=-1)
+        else:
+            loc = g
+        keep = (loc >= 0) & (loc < E)     # dropped slots were never written: do not read them
+        for sp in tl.static_range(SPLIT_K):
+            acc += tl.load(y_ptr + sp * stride_ys + s * stride_ym + offs, mask=h_ok & keep, other=0.0).to(tl.float32)
+    tl.store(out_ptr + t * stride_om + offs, acc.to(out_ptr.dtype.element_ty), mask=h_ok)
+
+
+# ----------------------------------------------------------------------------------------
+def _cfg(config: dict):
+    return (config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"],
+            config.get("GROUP_SIZE_M", 1), config.get("num_warps", 4), config.get("num_stages", 3),
+            config.get("SPLIT_K", 1))
+
+
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """Output dtype for a quantized (fp8/int8) input: bf16; else the input's own dtype."""
+    return t.dtype if t.dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.bfloat16
+
+
+def _scale_args(quant: str, a_scale, b_scale, block_shape, a, b):
+    """(A_SCALE id, B_SCALE id, GROUP_N, GROUP_K, a_scale ptr, b_scale ptr, 5 strides)."""
+    if quant == "none" and a_scale is None and b_scale is None:
+        return 0, 0, 1, 1, a, a, 0, 0, 0, 0, 0
+    if quant == "block":
+        gn, gk = block_shape
+        a_mode = 3 if a_scale is not None else 0
+        b_mode = 3 if b_scale is not None else 0
+    else:
+        gn, gk = 1, 1
+        a_mode = 0 if a_scale is None else (1 if a_scale.numel() == 1 else 2)
+        b_mode = 0 if b_scale is None else {"tensor": 1, "channel": 2}[quant]
+    sa = a_scale if a_scale is not None else a
+    sb = b_scale if b_scale is not None else a
+    sam = a_scale.stride(0) if a_mode >= 2 else 0
+    sak = a_scale.stride(1) if a_mode == 3 else 0
+    sbe = b_scale.stride(0) if b_mode >= 1 else 0
+    sbn = b_scale.stride(1) if b_mode >= 2 else 0
+    sbk = b_scale.stride(2) if b_mode == 3 else 0
+    return a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk
+
+
+def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
+            topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
+            quant="none", a_scale=None, b_scale=None, block_shape=None):
+    BM, BN, BK, GM, warps, stages, split = _cfg(config)
+    K = a.shape[1]
+    num_m_blocks = align.max_padded // BM
+    if num_m_blocks == 0 or n_out == 0:
+        return
+    k_per_split = triton.cdiv(triton.cdiv(K, BK), split) * BK
+    a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b)
+    grid = (num_m_blocks * triton.cdiv(n_out, BN), split)
+    _moe_gemm_kernel[grid](
+        a, b, c, bias if bias is not None else a, sa, sb, topk_weights if topk_weights is not None else a,
+        align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
+        n_out, K, align.num_pairs, num_m_blocks, k_per_split,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2),
+        stride_cs, c.stride(0), c.stride(1),
+        bias.stride(0) if bias is not None else 0, bias.stride(1) if bias is not None else 0,
+        sam, sak, sbe, sbn, sbk,
+        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
+        A_DIV=a_div, C_DIV=c_div, ALIGN_BM=align.block_m,
+        GATED=act in (0, 1, 2, 3), ACT=act, HAS_LIMIT=swiglu_limit is not None, HAS_BIAS=bias is not None,
+        MUL_W=topk_weights is not None, ATOMIC=atomic,
+        A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn, GROUP_K=gk,
+        EVEN_K=K % BK == 0, FP32_IEEE=a.dtype == torch.float32,
+        BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
+        num_warps=warps, num_stages=stages,
+    )
+
+
+def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int, activation: str,
+              out: Optional[torch.Tensor] = None, *, bias: Optional[torch.Tensor] = None,
+              swiglu_limit: Optional[float] = None, alpha: float = 1.702, limit: float = 7.0,
+              config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
+              b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None) -> torch.Tensor:
+    """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
+
+    x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
+    ``activation``: silu (``swiglu_limit`` clamps), gelu, gelu_tanh, swigluoai (``alpha``,
+    ``limit``), relu2_no_mul, silu_no_mul, gelu_no_mul. Rows of dropped slots are not
+    written. ``out`` defaults to [n, I] in x's dtype (bf16 for fp8/int8 x).
+    config SPLIT_K must be 1 (the activation is not linear).
+    """
+    act = ACTIVATIONS[activation]
+    gated = act <= 3
+    n_out = w13.shape[1] // 2 if gated else w13.shape[1]
+    if out is None:
+        out = torch.empty(x.shape[0] * top_k, n_out, dtype=_compute_dtype(x), device=x.device)  # [n, I]
+    if config.get("SPLIT_K", 1) != 1:
+        config = dict(config, SPLIT_K=1)   # a split before a nonlinear epilogue would be wrong
+    _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
+            swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape)
+    return out
+
+
+def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict, reduce: str,
+                         out_dtype: torch.dtype):
+    """(shape, dtype) of the scratch ``gemm2`` needs, or None.
+
+    deterministic: y [S, n, H] in out_dtype (fp32 when S > 1: the splits are summed later);
+    atomic: an fp32 [T, H] accumulator unless ``out`` itself is fp32.
+    """
+    split = config.get("SPLIT_K", 1)
+    if reduce == "deterministic":
+        return (split, num_tokens * top_k, hidden), (out_dtype if split == 1 else torch.float32)
+    if out_dtype == torch.float32:
+        return None
+    return (num_tokens, hidden), torch.float32
+
+
+def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: torch.Tensor,
+          out: Optional[torch.Tensor] = None, *, mul_routed_weight: bool = True,
+          bias: Optional[torch.Tensor] = None, config: dict, reduce: str = "deterministic",
+          workspace: Optional[torch.Tensor] = None, quant: str = "none",
+          a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
+          block_shape: Optional[tuple] = None) -> torch.Tensor:
+    """out [T, H] = sum_j topk_weights[t, j] * (h[s] @ w2[e]^T + bias[e]) over kept slots.
+
+    h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
+    'deterministic' (bitwise reproducible) or 'atomic'. ``workspace`` as described by
+    ``gemm2_workspace_spec`` (allocated when None). Tokens with no kept slot get zeros.
+    """
+    T, k = topk_weights.shape
+    H = w2.shape[1]
+    if out is None:
+        out = torch.empty(T, H, dtype=_compute_dtype(h), device=h.device)        # [T, H]
+    if T == 0:
+        return out
+    spec = gemm2_workspace_spec(T, k, H, config, reduce, out.dtype)
+    if spec is not None and workspace is None:
+        workspace = torch.empty(spec[0], dtype=spec[1], device=h.device)
+    w = topk_weights if mul_routed_weight else None
+    common = dict(n_out=H, a_div=1, act=_NO_ACT, config=config, bias=bias, topk_weights=w,
+                  quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape)
+    if reduce == "atomic":
+        acc = out if spec is None else workspace                                 # fp32 [T, H]
+        acc.zero_()
+        _launch(h, w2, acc, align, c_div=k, atomic=True, **common)
+        if acc is not out:
+            out.copy_(acc)
+        return out
+    y = workspace                                                                # [S, n, H]
+    _launch(h, w2, y[0], align, c_div=1, stride_cs=y.stride(0), **common)
+    moe_reduce(y, out, align)
+    return out
+
+
+def moe_reduce(y: torch.Tensor, out: torch.Tensor, align: AlignResult) -> torch.Tensor:
+    """out [T, H] = sum over kept slots and splits of y [S, n, H]; dropped slots read as 0."""
+    T, H = out.shape
+    ids = align.topk_ids
+    k = ids.shape[1]
+    ids = ids.reshape(-1)
+    if not ids.is_contiguous():
+        ids = ids.contiguous()
+    has_map = align.expert_map is not None
+    block_h = min(triton.next_power_of_2(H), 1024)
+    _moe_reduce_kernel[(T, triton.cdiv(H, block_h))](
+        y, out, ids, align.expert_map if has_map else ids, H,
+        align.expert_map.numel() if has_map else align.num_experts, align.num_experts,
+        y.stride(0), y.stride(1), out.stride(0),
+        TOP_K=k, SPLIT_K=y.shape[0], HAS_MAP=has_map, BLOCK_H=block_h, num_warps=4)
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+def default_config(T: int, E: int, N: int, H: int, top_k: int, dtype=torch.bfloat16, *,
+                   gemm: str = "gemm1", gated: bool = True, num_sms: int = 132) -> dict:
+    """Shape-aware launch config when no tuned one exists.
+
+    N = rows of w13 (2I gated, I otherwise); ``gemm`` picks GEMM1 (out I, K = H) or GEMM2
+    (out H, K = I). Both GEMMs get the same BLOCK_SIZE_M (they share one AlignResult).
+    Regimes by m = T*k/E tokens per expert:
+      decode  (m <= 8): memory-bound on weights. BM 16 (the tl.dot minimum); BK 128 so each
+              weight row segment is 256 B (16-byte vector loads, full 128 B lines); BN
+              shrinks until there are >= 2 programs per SM; GEMM2 adds SPLIT_K over K = I
+              for the same reason (Mixtral T=1: 2 experts x 64 n-tiles = 128 programs < 132
+              SMs -> SPLIT_K 4 = 512).
+      middle  (8 < m <= 64): BM 32/64, BN 64/128, BK 64.
+      prefill (m > 64): tensor-core bound. BM 64/128, BN 128 (gemm1: 64 per half, i.e. 128
+              of the 2I outputs with two accumulators), BK 64, GROUP_SIZE_M 8 for L2 reuse,
+              8 warps at BM 128, 3-4 stages.
+    """
+    I = N // 2 if gated else N
+    n_out, K = (I, H) if gemm == "gemm1" else (H, I)
+    pairs = max(1, T * top_k)
+    m = pairs / E
+    esize = torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 2
+    bk_bytes = 256 if esize <= 2 else 128               # bytes of one weight row per K tile
+    if m <= 8:
+        BM = 16
+        active = min(pairs, E) * triton.cdiv(max(1, int(m + 0.999)), BM)  # non-empty m-blocks
+        BK = min(bk_bytes // esize, max(16, triton.next_power_of_2(K)))
+        BN = 128
+        while BN > 16 and active * triton.cdiv(n_out, BN) < 2 * num_sms:
+            BN //= 2
+        split = 1
+        if gemm == "gemm2":
+            while (active * triton.cdiv(n_out, BN) * split < 4 * num_sms
+                   and K // (split * 2) >= 4 * BK and split < 16):
+                split *= 2
+        return dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=BK, GROUP_SIZE_M=1,
+                    num_warps=4, num_stages=4 if esize <= 2 else 3, SPLIT_K=split)
+    if m <= 64:
+        BM = 32 if m <= 24 else 64
+        BN = 64 if (gemm == "gemm1" and gated) else 128
+        return dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=64 if esize <= 2 else 32,
+                    GROUP_SIZE_M=1, num_warps=4, num_stages=4 if esize <= 2 else 3, SPLIT_K=1)
+    BM = 64 if m <= 256 else 128
+    BN = 64 if (gemm == "gemm1" and gated) else 128
+    return dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=64 if esize <= 2 else 32,
+                GROUP_SIZE_M=8, num_warps=8 if BM == 128 else 4, num_stages=3 if esize <= 2 else 2, SPLIT_K=1)
+
+
+def moe_forward_triton(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                       topk_ids: torch.Tensor, activation: str = "silu", *,
+                       config1: Optional[dict] = None, config2: Optional[dict] = None,
+                       reduce: str = "deterministic", expert_map: Optional[torch.Tensor] = None,
+                       w13_bias: Optional[torch.Tensor] = None, w2_bias: Optional[torch.Tensor] = None,
+                       swiglu_limit: Optional[float] = None, alpha: float = 1.702, limit: float = 7.0,
+                       out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """align -> gemm1_act -> gemm2 (+ reduce): out [T, H] in x's dtype, 16-bit/fp32 weights.
+
+    x [T, H]; w13 [E, N, H]; w2 [E, H, I]; topk_weights fp32 [T, k]; topk_ids int [T, k]
+    (global ids when ``expert_map`` [E_g] is given). Configs default to ``default_config``;
+    config2's BLOCK_SIZE_M must divide config1's (the alignment is built once with it).
+    """
+    T, H = x.shape
+    k = topk_ids.shape[1]
+    E, N = w13.shape[0], w13.shape[1]
+    if out is None:
+        out = torch.empty(T, H, dtype=x.dtype, device=x.device)                  # [T, H]
+    if T == 0:
+        return out
+    gated = ACTIVATIONS[activation] <= 3
+    if config1 is None:
+        config1 = default_config(T, E, N, H, k, x.dtype, gemm="gemm1", gated=gated)
+    if config2 is None:
+        config2 = default_config(T, E, N, H, k, x.dtype, gemm="gemm2", gated=gated)
+    bm = config1["BLOCK_SIZE_M"]
+    if bm % config2["BLOCK_SIZE_M"]:
+        config2 = dict(config2, BLOCK_SIZE_M=bm)
+    align = align_block_size(topk_ids, bm, E, expert_map)
+    h = gemm1_act(x, w13, align, k, activation, bias=w13_bias, swiglu_limit=swiglu_limit,
+                  alpha=alpha, limit=limit, config=config1)                    # [n, I]
+    return gemm2(h, w2, align, topk_weights, out, bias=w2_bias, config=config2, reduce=reduce)

@@ -1,0 +1,481 @@
+"""Activation quantization kernels (fp8 e4m3 / int8), bit-exact twins of ``fusedmoe.reference.quant``.
+
+Legend: T rows (tokens; any leading dims of x [..., K] count as T), K the quantized dim,
+g a group size along K, G = ceil(K / g), M rows of GEMM1's output h [M, N] (N = 2I gated,
+I otherwise), E_loc local experts, T_max rows per expert in the batched format.
+
+| launcher            | returns                                    | scale                        |
+|---------------------|--------------------------------------------|------------------------------|
+| quant_fp8_tensor    | (fp8 [..., K], fp32 [1])                   | amax(x) / 448, or given      |
+| quant_fp8_token     | (fp8 [..., K], fp32 [..., 1])              | amax(row) / 448              |
+| quant_fp8_group     | (fp8 [..., K], fp32 [..., G])              | amax(1 x g group) / 448      |
+| quant_int8_token    | (int8 [..., K], fp32 [..., 1])             | amax(row) / 127              |
+| act_and_quant       | (fp8|int8 [M, I], fp32 [M,1]/[M,G]/[1])    | token / group / static       |
+
+Rules shared with the reference (see its docstring): dynamic scales use max(amax, 1e-12);
+an amax over a group holding NaN or +-Inf is NaN, so the whole group dequantizes to NaN;
+fp8 values saturate at +-448 with round-to-nearest-even and Inf/NaN become fp8 NaN; int8
+codes round half to even, clamp to +-127, NaN -> 0. ``pow2`` rounds a scale up to a power
+of two exactly (from the fp32 bits, like the reference's frexp).
+
+No host sync: the dynamic per-tensor scale is an atomic max (on the int32 bits of |x|,
+which orders NaN above Inf above every finite value) into a zeroed device scalar, read by
+the second launch.
+
+Batched format: pass x [E_loc, T_max, K] and ``counts`` int32 [E_loc]; rows t >= counts[e]
+are padding: skipped (their outputs are left unwritten) and left out of per-tensor amax.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..config import Activation
+
+__all__ = ["FP8_MAX", "INT8_MAX", "quant_fp8_tensor", "quant_fp8_token", "quant_fp8_group",
+           "quant_int8_token", "act_and_quant"]
+
+FP8_MAX = 448.0
+INT8_MAX = 127.0
+_AMAX_FLOOR = 1e-12
+_MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp32 / thread at 8 warps)
+
+
+# ----------------------------------------------------------------------------- shared device helpers
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _clamp_max(x, hi):
+    # where(), not tl.minimum: minimum may drop a NaN on the GPU, the reference's clamp keeps it
+    return tl.where(x > hi, hi, x)
+
+
+@triton.jit
+def _clamp_sym(x, lim):
+    return tl.where(x > lim, lim, tl.where(x < -lim, -lim, x))
+
+
+@triton.jit
+def gated_activation(g, u, ACTIVATION: tl.constexpr, CLAMP: tl.constexpr, swiglu_limit, alpha, limit):
+    """act(gate, up) in fp32, the math of ``fusedmoe.reference.activations``."""
+    if ACTIVATION == "silu":
+        if CLAMP:
+            g = _clamp_max(g, swiglu_limit)
+            u = _clamp_sym(u, swiglu_limit)
+        out = g * _sigmoid(g) * u
+    elif ACTIVATION == "gelu":
+        out = 0.5 * g * (1.0 + tl.erf(g * 0.7071067811865476)) * u
+    elif ACTIVATION == "gelu_tanh":
+        # 0.5 * g * (1 + tanh(z)) == g * sigmoid(2z): no tanh needed (libdevice is absent
+        # under the interpreter)
+        z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+        out = g * _sigmoid(2.0 * z) * u
+    else:  # swigluoai
+        tl.static_assert(ACTIVATION == "swigluoai")
+        g = _clamp_max(g, limit)
+        u = _clamp_sym(u, limit)
+        out = (u + 1.0) * g * _sigmoid(alpha * g)
+    return out
+
+
+@triton.jit
+def plain_activation(x, ACTIVATION: tl.constexpr):
+    """Non-gated activations (*_no_mul) in fp32; "none" is the identity."""
+    if ACTIVATION == "relu2_no_mul":
+        r = tl.where(x > 0.0, x, 0.0)
+        x = r * r
+    elif ACTIVATION == "silu_no_mul":
+        x = x * _sigmoid(x)
+    elif ACTIVATION == "gelu_no_mul":
+        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    else:
+        tl.static_assert(ACTIVATION == "none")
+    return x
+
+
+@triton.jit
+def _abs_bits(x):
+    """int32 bits of |x| (fp32): integer order = float order, NaN > Inf > finite."""
+    return x.to(tl.float32).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+
+
+@triton.jit
+def _scale_from_amax_bits(bits, QMAX: tl.constexpr, POW2: tl.constexpr):
+    """fp32 scale = max(amax, 1e-12) / QMAX, NaN if amax is NaN or Inf; optionally 2**ceil(log2)."""
+    amax = bits.to(tl.float32, bitcast=True)
+    amax = tl.where(bits >= 0x7F800000, float("nan"), amax)
+    amax = tl.where(amax < 1e-12, 1e-12, amax)          # NaN < x is False: NaN survives
+    s = tl.math.div_rn(amax, QMAX)
+    if POW2:
+        # exact ceil to a power of two: drop the mantissa, bump the exponent if it was not 0.
+        # s >= 1e-12 / 448 is a normal fp32, so the exponent never underflows.
+        sb = s.to(tl.int32, bitcast=True)
+        e = (sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)
+        s = tl.where(s != s, s, (e << 23).to(tl.float32, bitcast=True))
+    return s
+
+
+@triton.jit
+def _fp8_e4m3_bits(y):
+    """fp32 -> float8_e4m3fn bit pattern (int32 0..255) with integer math: round to nearest
+    even, saturate at +-448, NaN/Inf -> 0x7F | sign. Used under the interpreter, whose
+    float->fp8 cast rounds ties up and loses the carry into the exponent."""
+    bits = y.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    a = bits & 0x7FFFFFFF
+    bad = a >= 0x7F800000
+    a = tl.minimum(a, 0x43E00000)                       # 448.0: the largest finite e4m3
+    exp = a >> 23
+    # normal e4m3 (|y| >= 2**-6, fp32 exponent >= 121): keep 3 mantissa bits
+    m_n = a >> 20
+    rem_n = a & 0xFFFFF
+    up_n = (rem_n > 0x80000) | ((rem_n == 0x80000) & ((m_n & 1) == 1))
+    r_n = m_n + up_n.to(tl.int32) - (120 << 3)          # rebias 127 -> 7; a carry bumps the exponent
+    # subnormal e4m3: integer multiple of 2**-9 (shift capped: anything below 2**-11 rounds to 0)
+    sig = (a & 0x7FFFFF) | 0x800000
+    sh = tl.minimum(tl.maximum(141 - exp, 1), 25)
+    m_s = sig >> sh
+    rem_s = sig & ((1 << sh) - 1)
+    half = 1 << (sh - 1)
+    up_s = (rem_s > half) | ((rem_s == half) & ((m_s & 1) == 1))
+    r_s = m_s + up_s.to(tl.int32)
+    r = tl.where(exp >= 121, r_n, r_s)
+    r = tl.where(bad, 0x7F, r)
+    return r | sign
+
+
+@triton.jit
+def _quantize(x, scale, QTYPE: tl.constexpr, BITWISE_FP8: tl.constexpr):
+    """x (any float) / scale -> the value to store: fp8 (or its uint8 bits), or int8."""
+    y = tl.math.div_rn(x.to(tl.float32), scale)         # IEEE division, like the reference's x / s
+    if QTYPE == "int8":
+        y = tl.where(y != y, 0.0, _clamp_sym(y, 127.0))
+        r = tl.floor(y + 0.5)                           # exact for |y| <= 127
+        r = tl.where((r - y == 0.5) & (r - 2.0 * tl.floor(r * 0.5) != 0.0), r - 1.0, r)  # ties to even
+        return r.to(tl.int8)
+    else:
+        tl.static_assert(QTYPE == "fp8")
+        if BITWISE_FP8:
+            return _fp8_e4m3_bits(y).to(tl.uint8)
+        else:
+            y = tl.where(tl.abs(y) == float("inf"), float("nan"), y)
+            y = tl.where(y != y, y, _clamp_sym(y, 448.0))
+            return y.to(tl.float8e4nv)                  # cvt.rn: round to nearest even
+
+
+@triton.jit
+def _row_is_padding(row, counts_ptr, T_MAX, HAS_COUNTS: tl.constexpr):
+    if HAS_COUNTS:
+        return (row % T_MAX) >= tl.load(counts_ptr + row // T_MAX)
+    else:
+        return False
+
+
+# ----------------------------------------------------------------------------- kernels
+@triton.jit
+def _amax_kernel(x_ptr, amax_bits_ptr, counts_ptr, T, K, T_MAX, stride_xm,
+                 HAS_COUNTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Pass 1 of dynamic per-tensor: one atomic max per program of the bits of |x|."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)        # [BM]
+    row_ok = rows < T
+    if HAS_COUNTS:
+        cnt = tl.load(counts_ptr + rows // T_MAX, mask=row_ok, other=0)
+        row_ok = row_ok & ((rows % T_MAX) < cnt)
+    acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)               # [BK]
+        m = row_ok[:, None] & (cols[None, :] < K)
+        x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :], mask=m, other=0.0)
+        acc = tl.maximum(acc, _abs_bits(x))
+    tl.atomic_max(amax_bits_ptr, tl.max(tl.max(acc, axis=1), axis=0))
+
+
+@triton.jit
+def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, K, T_MAX,
+                       stride_xm, stride_qm,
+                       MODE: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
+                       BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
+                       BLOCK_K: tl.constexpr, ONE_CHUNK: tl.constexpr):
+    """One row per program. MODE "token": scale_ptr [T] is written; "tensor_static": scale_ptr
+    [1] is read; "tensor_dynamic": the scale comes from amax_bits_ptr, program 0 writes it."""
+    row = tl.program_id(0)
+    if _row_is_padding(row, counts_ptr, T_MAX, HAS_COUNTS):
+        return
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
+    q_row = q_ptr + row.to(tl.int64) * stride_qm
+    cols = tl.arange(0, BLOCK_K)
+    if MODE == "token":
+        bits = tl.zeros((BLOCK_K,), dtype=tl.int32)
+        if ONE_CHUNK:                                   # the row fits: read it once
+            x = tl.load(x_row + cols, mask=cols < K, other=0.0)
+            bits = _abs_bits(x)
+        else:
+            for k0 in range(0, K, BLOCK_K):
+                xk = tl.load(x_row + k0 + cols, mask=k0 + cols < K, other=0.0)
+                bits = tl.maximum(bits, _abs_bits(xk))
+        scale = _scale_from_amax_bits(tl.max(bits, axis=0), QMAX, False)
+        tl.store(scale_ptr + row, scale)
+    elif MODE == "tensor_dynamic":
+        scale = _scale_from_amax_bits(tl.load(amax_bits_ptr), QMAX, False)
+        if row == 0:
+            tl.store(scale_ptr, scale)
+    else:
+        tl.static_assert(MODE == "tensor_static")
+        scale = tl.load(scale_ptr)
+    if ONE_CHUNK and MODE == "token":
+        tl.store(q_row + cols, _quantize(x, scale, QTYPE, BITWISE_FP8), mask=cols < K)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            m = k0 + cols < K
+            xk = tl.load(x_row + k0 + cols, mask=m, other=0.0)
+            tl.store(q_row + k0 + cols, _quantize(xk, scale, QTYPE, BITWISE_FP8), mask=m)
+
+
+@triton.jit
+def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, K, G, T_MAX,
+                        stride_xm, stride_qm, stride_sm,
+                        GROUP: tl.constexpr, GROUP_P2: tl.constexpr, GROUPS_PER_PROG: tl.constexpr,
+                        POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr):
+    """Program (row, j) quantizes groups [j*GPP, (j+1)*GPP) of one row as a [GPP, g] tile."""
+    row = tl.program_id(0)
+    if _row_is_padding(row, counts_ptr, T_MAX, HAS_COUNTS):
+        return
+    grp = tl.program_id(1) * GROUPS_PER_PROG + tl.arange(0, GROUPS_PER_PROG)   # [GPP]
+    j = tl.arange(0, GROUP_P2)                                                  # [g padded]
+    cols = grp[:, None] * GROUP + j[None, :]                                    # [GPP, g]
+    m = (j[None, :] < GROUP) & (cols < K)
+    x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + cols, mask=m, other=0.0)
+    scale = _scale_from_amax_bits(tl.max(_abs_bits(x), axis=1), 448.0, POW2)   # [GPP]
+    tl.store(scale_ptr + row.to(tl.int64) * stride_sm + grp, scale, mask=grp < G)
+    tl.store(q_ptr + row.to(tl.int64) * stride_qm + cols,
+             _quantize(x, scale[:, None], "fp8", BITWISE_FP8), mask=m)
+
+
+@triton.jit
+def _act_quant_kernel(h_ptr, q_ptr, scale_ptr, counts_ptr, I, G, T_MAX,
+                      stride_hm, stride_qm, stride_sm,
+                      swiglu_limit, alpha, limit,
+                      ACTIVATION: tl.constexpr, GATED: tl.constexpr, CLAMP: tl.constexpr,
+                      MODE: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
+                      BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
+                      GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
+    """act(h[row]) -> quantized [I]. Program (row, j) covers columns [j*BLOCK_G*GROUP, ...) as
+    a [BLOCK_G, GROUP] tile ("token" mode: one program per row, BLOCK_G = 1, GROUP = BLOCK_C).
+    Gated h is in halves layout: gate columns [0, I), up columns [I, 2I)."""
+    row = tl.program_id(0)
+    if _row_is_padding(row, counts_ptr, T_MAX, HAS_COUNTS):
+        return
+    h_row = h_ptr + row.to(tl.int64) * stride_hm
+    q_row = q_ptr + row.to(tl.int64) * stride_qm
+    grp = tl.program_id(1) * BLOCK_G + tl.arange(0, BLOCK_G)                   # [BG]
+    j = tl.arange(0, BLOCK_C)                                                   # [BC]
+    if MODE == "token":
+        # pass 1: amax of the activated row; pass 2 recomputes the activation (cheaper than a
+        # round trip through memory, and bitwise identical)
+        bits = tl.zeros((BLOCK_C,), dtype=tl.int32)
+        for c0 in range(0, I, BLOCK_C):
+            m = c0 + j < I
+            x = tl.load(h_row + c0 + j, mask=m, other=0.0).to(tl.float32)
+            if GATED:
+                u = tl.load(h_row + I + c0 + j, mask=m, other=0.0).to(tl.float32)
+                a = gated_activation(x, u, ACTIVATION, CLAMP, swiglu_limit, alpha, limit)
+            else:
+                a = plain_activation(x, ACTIVATION)
+            bits = tl.maximum(bits, tl.where(m, _abs_bits(a), 0))
+        scale = _scale_from_amax_bits(tl.max(bits, axis=0), QMAX, False)
+        tl.store(scale_ptr + row.to(tl.int64) * stride_sm, scale)
+        for c0 in range(0, I, BLOCK_C):
+            m = c0 + j < I
+            x = tl.load(h_row + c0 + j, mask=m, other=0.0).to(tl.float32)
+            if GATED:
+                u = tl.load(h_row + I + c0 + j, mask=m, other=0.0).to(tl.float32)
+                a = gated_activation(x, u, ACTIVATION, CLAMP, swiglu_limit, alpha, limit)
+            else:
+                a = plain_activation(x, ACTIVATION)
+            tl.store(q_row + c0 + j, _quantize(a, scale, QTYPE, BITWISE_FP8), mask=m)
+    else:
+        cols = grp[:, None] * GROUP + j[None, :]                                # [BG, BC]
+        m = (j[None, :] < GROUP) & (cols < I)
+        x = tl.load(h_row + cols, mask=m, other=0.0).to(tl.float32)
+        if GATED:
+            u = tl.load(h_row + I + cols, mask=m, other=0.0).to(tl.float32)
+            a = gated_activation(x, u, ACTIVATION, CLAMP, swiglu_limit, alpha, limit)
+        else:
+            a = plain_activation(x, ACTIVATION)
+        if MODE == "group":
+            scale = _scale_from_amax_bits(tl.max(tl.where(m, _abs_bits(a), 0), axis=1), QMAX, POW2)  # [BG]
+            tl.store(scale_ptr + row.to(tl.int64) * stride_sm + grp, scale, mask=grp < G)
+            tl.store(q_row + cols, _quantize(a, scale[:, None], QTYPE, BITWISE_FP8), mask=m)
+        else:
+            tl.static_assert(MODE == "tensor_static")
+            tl.store(q_row + cols, _quantize(a, tl.load(scale_ptr), QTYPE, BITWISE_FP8), mask=m)
+
+
+# ----------------------------------------------------------------------------- launchers
+def _rows(x: torch.Tensor):
+    """x [..., K] -> (x2 [T, K] with unit last stride, T_max of the batched format or 0)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    return x2, (x.shape[-2] if x.dim() == 3 else 0)
+
+
+def _bitwise_fp8(t: torch.Tensor) -> bool:
+    # Triton runs CPU tensors only under TRITON_INTERPRET=1, whose fp8 cast is not RNE
+    return t.device.type != "cuda"
+
+
+def _q_arg(q2: torch.Tensor) -> torch.Tensor:
+    return q2.view(torch.uint8) if (q2.dtype == torch.float8_e4m3fn and _bitwise_fp8(q2)) else q2
+
+
+def _block_k(K: int) -> int:
+    return min(triton.next_power_of_2(max(K, 16)), _MAX_BLOCK_K)
+
+
+def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None):
+    x2, t_max = _rows(x)
+    q2 = q.view(-1, x.shape[-1])
+    T, K = x2.shape
+    bk = _block_k(K)
+    if T == 0:
+        return
+    _quant_rows_kernel[(T,)](
+        x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
+        counts if counts is not None else scale, K, max(t_max, 1), x2.stride(0), q2.stride(0),
+        MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
+        BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
+        BLOCK_K=bk, ONE_CHUNK=K <= bk, num_warps=8 if bk >= 2048 else 4)
+
+
+def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor] = None,
+                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None):
+    """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [1]).
+
+    ``scale`` None: dynamic, amax(x) / 448 computed on the device (2 launches + a memset);
+    else a static per-tensor scale (fp32 [1] tensor or float), returned as given.
+    """
+    q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    if scale is not None:
+        s = scale if isinstance(scale, torch.Tensor) else torch.full((1,), float(scale), device=x.device)
+        s = s.reshape(1).float()
+        _launch_rows(x, q, s, "tensor_static", "fp8", counts)
+        return q, s
+    s = out_scale if out_scale is not None else torch.empty(1, dtype=torch.float32, device=x.device)
+    amax_bits = torch.zeros(1, dtype=torch.int32, device=x.device)
+    x2, t_max = _rows(x)
+    T, K = x2.shape
+    if T == 0:
+        s.fill_(_AMAX_FLOOR / FP8_MAX)
+        return q, s
+    bk = min(_block_k(K), 1024)
+    bm = max(1, min(triton.next_power_of_2(triton.cdiv(T, 256)), 4096 // bk))   # ~256 programs at most
+    _amax_kernel[(triton.cdiv(T, bm),)](
+        x2, amax_bits, counts if counts is not None else amax_bits, T, K, max(t_max, 1), x2.stride(0),
+        HAS_COUNTS=counts is not None, BLOCK_M=bm, BLOCK_K=bk, num_warps=4)
+    _launch_rows(x, q, s, "tensor_dynamic", "fp8", counts, amax_bits)
+    return q, s
+
+
+def quant_fp8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
+                    out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None):
+    """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., 1]); scale per row = amax / 448."""
+    q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
+                                                            device=x.device)
+    _launch_rows(x, q, s, "token", "fp8", counts)
+    return q, s
+
+
+def quant_int8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
+                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None):
+    """x float [..., K] -> (int8 [..., K], fp32 [..., 1]); scale = amax / 127, round half to even."""
+    q = out if out is not None else torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
+                                                            device=x.device)
+    _launch_rows(x, q, s, "token", "int8", counts)
+    return q, s
+
+
+def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
+                    out: Optional[torch.Tensor] = None, out_scale: Optional[torch.Tensor] = None,
+                    counts: Optional[torch.Tensor] = None):
+    """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., G]), 1 x group blocks; the last
+    group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style)."""
+    K = x.shape[-1]
+    G = triton.cdiv(K, group)
+    q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], G), dtype=torch.float32,
+                                                            device=x.device)
+    x2, t_max = _rows(x)
+    q2, s2 = q.view(-1, K), s.view(-1, G)
+    if x2.shape[0] == 0:
+        return q, s
+    gp2 = triton.next_power_of_2(group)
+    gpp = max(1, min(triton.next_power_of_2(G), 2048 // gp2))      # ~2K elements per program
+    _quant_group_kernel[(x2.shape[0], triton.cdiv(G, gpp))](
+        x2, _q_arg(q2), s2, counts if counts is not None else s2, K, G, max(t_max, 1),
+        x2.stride(0), q2.stride(0), s2.stride(0),
+        GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
+        BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, num_warps=4)
+    return q, s
+
+
+def act_and_quant(h: torch.Tensor, activation, mode: str = "token", group: int = 128, *,
+                  scale: Optional[torch.Tensor] = None, pow2: bool = False,
+                  quant_dtype: torch.dtype = torch.float8_e4m3fn,
+                  swiglu_limit: Optional[float] = None, alpha: float = 1.702, limit: float = 7.0,
+                  out: Optional[torch.Tensor] = None, out_scale: Optional[torch.Tensor] = None,
+                  counts: Optional[torch.Tensor] = None):
+    """GEMM1 output h [..., N] (gated: halves layout, N = 2I) -> (q [..., I], scale), fused.
+
+    mode "token": scale fp32 [..., 1] (fp8 or int8); "group": fp32 [..., ceil(I/group)] (fp8,
+    ``pow2`` optional); "tensor_static": ``scale`` fp32 [1] given and returned (fp8).
+    Same result as ``apply_activation`` (fp32) followed by the reference quantizer.
+    """
+    act = Activation(activation)
+    N = h.shape[-1]
+    I = N // 2 if act.is_gated else N
+    lead = h.shape[:-1]
+    qtype = "int8" if quant_dtype == torch.int8 else "fp8"
+    q = out if out is not None else torch.empty((*lead, I), dtype=quant_dtype, device=h.device)
+    G = triton.cdiv(I, group) if mode == "group" else 1
+    if mode == "tensor_static":
+        s = scale.reshape(1).float()
+    elif out_scale is not None:
+        s = out_scale
+    else:
+        s = torch.empty((*lead, G), dtype=torch.float32, device=h.device)
+    h2, t_max = _rows(h)
+    q2 = q.view(-1, I)
+    M = h2.shape[0]
+    if M == 0:
+        return q, s
+    if mode == "token":
+        bc = min(triton.next_power_of_2(max(I, 16)), 2048)
+        grid, block_g, grp = (M, 1), 1, bc
+    elif mode == "group":
+        bc = triton.next_power_of_2(group)
+        block_g = max(1, min(triton.next_power_of_2(G), 2048 // bc))
+        grid, grp = (M, triton.cdiv(G, block_g)), group
+    else:
+        bc = min(triton.next_power_of_2(max(I, 16)), 2048)
+        block_g, grp = 1, bc
+        grid = (M, triton.cdiv(I, bc))
+    s2 = s.view(-1, s.shape[-1]) if mode != "tensor_static" else s
+    _act_quant_kernel[grid](
+        h2, _q_arg(q2), s2, counts if counts is not None else s2, I, G, max(t_max, 1),
+        h2.stride(0), q2.stride(0), s2.stride(0) if mode != "tensor_static" else 0,
+        float(swiglu_limit) if swiglu_limit is not None else 0.0, float(alpha), float(limit),
+        ACTIVATION=act.value, GATED=act.is_gated, CLAMP=swiglu_limit is not None,
+        MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX, POW2=bool(pow2),
+        BITWISE_FP8=_bitwise_fp8(h2), HAS_COUNTS=counts is not None,
+        GROUP=grp, BLOCK_G=block_g, BLOCK_C=bc, num_warps=4)
+    return q, s
