@@ -241,7 +241,6 @@ def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, H, num_global, E,
     """out[t] = sum over kept slots j (then splits) of y[split, t*k + j]: a fixed order."""
     t = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_ok = offs < H
     acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for j in tl.static_range(TOP_K):
         s = t * TOP_K + j
@@ -250,10 +249,12 @@ def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, H, num_global, E,
             loc = tl.load(map_ptr + g, mask=(g >= 0) & (g < num_global), other=-1)
         else:
             loc = g
-        keep = (loc >= 0) & (loc < E)     # dropped slots were never written: do not read them
+        # dropped slots were never written: do not read them (mask limit 0, not a scalar
+        # '&', which the interpreter turns into an int32 mask)
+        h_lim = tl.where((loc >= 0) & (loc < E), H, 0)
         for sp in tl.static_range(SPLIT_K):
-            acc += tl.load(y_ptr + sp * stride_ys + s * stride_ym + offs, mask=h_ok & keep, other=0.0).to(tl.float32)
-    tl.store(out_ptr + t * stride_om + offs, acc.to(out_ptr.dtype.element_ty), mask=h_ok)
+            acc += tl.load(y_ptr + sp * stride_ys + s * stride_ym + offs, mask=offs < h_lim, other=0.0).to(tl.float32)
+    tl.store(out_ptr + t * stride_om + offs, acc.to(out_ptr.dtype.element_ty), mask=offs < H)
 
 
 # ----------------------------------------------------------------------------------------

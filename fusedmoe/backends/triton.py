@@ -1,0 +1,175 @@
+"""``triton``: fusedmoe's Triton grouped-GEMM experts, standard format.
+
+Per call (T tokens): align (1 launch for T*k <= 4096, else 3) -> GEMM1 with the gated
+activation fused in its epilogue -> [requantize GEMM2's input for W8A8 schemes] ->
+GEMM2 with the routing weight fused -> reduce over k (deterministic: fixed order;
+bitwise reproducible). No host sync; every buffer comes from the declared workspace
+(except the align kernel's small count scratch when T*k > 4096).
+
+Launch configs: tuned JSON for (device, E, N, scheme, dtype) when shipped or in
+FUSEDMOE_CONFIG_DIR, looked up by nearest T (loaded once, here); shape-aware defaults
+otherwise (decode: BM 16 + split-K on GEMM2; prefill: BM 64/128 tiles). The selection
+report lists the kernel variant per token bucket.
+
+Weights: swigluoai's interleaved gate/up rows are de-interleaved into halves once at load
+(the kernel reads gate rows [0, I) and up rows [I, 2I)).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..config import Activation, GateUpLayout, MoEConfig, QuantMethod
+from ..modular.interfaces import ActivationFormat, Experts, NoOpWeightAndReduce, WorkspaceSpec
+from ..modular.prepare_finalize import quantize_activation
+from ..weights import ExpertWeights
+from .registry import BackendSpec, Reason, register
+
+QUANT_MODE = {QuantMethod.NONE: "none", QuantMethod.FP8_TENSOR: "tensor", QuantMethod.FP8_CHANNEL: "channel",
+              QuantMethod.INT8_CHANNEL: "channel", QuantMethod.FP8_BLOCK: "block"}
+_8BIT_DTYPE = {QuantMethod.FP8_TENSOR: torch.float8_e4m3fn, QuantMethod.FP8_CHANNEL: torch.float8_e4m3fn,
+               QuantMethod.FP8_BLOCK: torch.float8_e4m3fn, QuantMethod.INT8_CHANNEL: torch.int8}
+BUCKETS = (1, 16, 64, 256, 1024, 4096, 16384)
+
+
+def deinterleave_rows(t: torch.Tensor) -> torch.Tensor:
+    """[E, 2I, ...] with rows g0,u0,g1,u1,... -> [E, 2I, ...] with rows g0..gI-1, u0..uI-1."""
+    return torch.cat([t[:, 0::2], t[:, 1::2]], dim=1).contiguous()
+
+
+def convert_weights(config: MoEConfig, weights: ExpertWeights, platform) -> ExpertWeights:
+    w = weights
+    if config.gate_up_layout == GateUpLayout.INTERLEAVED:
+        ch = {"w13": deinterleave_rows(w.w13)}
+        if w.w13_bias is not None:
+            ch["w13_bias"] = deinterleave_rows(w.w13_bias)
+        if w.w13_scale is not None and w.w13_scale.dim() >= 2:   # per-channel scales follow their rows
+            ch["w13_scale"] = deinterleave_rows(w.w13_scale)
+        w = w.replace(**ch)
+    return w.replace(w13=w.w13.contiguous(), w2=w.w2.contiguous())
+
+
+def launch_configs(config: MoEConfig, quant, platform):
+    from ..kernels.grouped_gemm import default_config
+    from ..tuning import LaunchConfigs
+    dt = config.torch_dtype
+    gated = config.is_gated
+    n13 = config.n13
+
+    def defaults(T, E, N, H, top_k, tag):
+        return {"gemm1": default_config(T, E, n13, H, top_k, dt, gemm="gemm1", gated=gated,
+                                        num_sms=platform.num_sms or 132),
+                "gemm2": default_config(T, E, n13, H, top_k, dt, gemm="gemm2", gated=gated,
+                                        num_sms=platform.num_sms or 132)}
+    lc = LaunchConfigs.for_config(config, quant, platform)
+    lc.default_fn = defaults
+    return lc
+
+
+class TritonExperts(Experts):
+    activation_format = ActivationFormat.STANDARD
+
+    def __init__(self, config: MoEConfig, weights: ExpertWeights, platform, *, deterministic: bool = True):
+        super().__init__(config, weights)
+        self.scheme = weights.scheme
+        self.quant_mode = QUANT_MODE[self.scheme.method]
+        self.input_quant = self.scheme.method != QuantMethod.NONE
+        self.reduce = "deterministic"           # the atomic variant is kept for measurement only
+        self.lc = launch_configs(config, self.scheme, platform)
+        self.block_shape = self.scheme.block_shape
+
+    # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
+    def configs(self, T: int):
+        c1, c2 = self.lc.get(T)
+        if c1["BLOCK_SIZE_M"] % c2["BLOCK_SIZE_M"]:
+            c2 = dict(c2, BLOCK_SIZE_M=c1["BLOCK_SIZE_M"])
+        return c1, c2
+
+    def workspace(self, M, topk):
+        from ..kernels.align import max_padded_size
+        from ..kernels.grouped_gemm import gemm2_workspace_spec
+        c = self.config
+        c1, c2 = self.configs(M)
+        bm = c1["BLOCK_SIZE_M"]
+        mp = max_padded_size(M * topk, bm, c.num_local_experts)
+        dt = c.torch_dtype
+        bufs = {"sorted_ids": ((mp,), torch.int32), "expert_ids": ((mp // bm,), torch.int32),
+                "ntpp": ((1,), torch.int32), "h": ((M * topk, c.intermediate_size), dt),
+                "out": ((M, c.hidden_size), dt)}
+        y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce, dt)
+        if y is not None:
+            bufs["y"] = y
+        return WorkspaceSpec(bufs)
+
+    def weight_and_reduce(self):
+        return NoOpWeightAndReduce()
+
+    def apply(self, prep, ws, expert_map):
+        from ..kernels.align import AlignResult, align_block_size
+        from ..kernels.grouped_gemm import gemm1_act, gemm2
+        c, w = self.config, self.weights
+        x, ids = prep.a1q, prep.topk_ids
+        T, k = ids.shape
+        c1, c2 = self.configs(T)
+        align = align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,
+                                 out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]))
+        q = dict(quant=self.quant_mode, block_shape=self.block_shape)
+        h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias,
+                      swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
+                      config=c1, a_scale=prep.a1q_scale, b_scale=w.w13_scale, **q)
+        h_scale = None
+        if self.input_quant:
+            h, h_scale = quantize_activation(h, self.scheme, w.a2_scale)
+        return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
+                     mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
+                     config=c2, reduce=self.reduce, workspace=ws.get("y"),
+                     a_scale=h_scale, b_scale=w.w2_scale, **q)
+
+
+def _check(config: MoEConfig, quant, platform):
+    r = []
+    if platform.kind == "cpu" and config.dtype == "bfloat16":
+        r.append(Reason("dtype", "the Triton interpreter computes bf16 dots wrongly; use float16/float32 on CPU"))
+    if quant.method == QuantMethod.FP8_BLOCK:
+        bn, bk = quant.block_shape
+        if config.gate_up_layout == GateUpLayout.INTERLEAVED:
+            r.append(Reason("layout", "fp8_block weight blocks cannot be de-interleaved (swigluoai)"))
+        if bk % 16 or bn % 16:
+            r.append(Reason("block_shape", f"block_shape {quant.block_shape} must be multiples of 16"))
+        if config.intermediate_size % bn or config.hidden_size % bk:
+            r.append(Reason("block_shape", f"H={config.hidden_size} and I={config.intermediate_size} must be "
+                                           f"multiples of the block {quant.block_shape} (gate/up tiles share blocks)"))
+    return r
+
+
+def _variants(config, quant, platform):
+    try:
+        lc = launch_configs(config, quant, platform)
+    except Exception as e:  # Triton missing on a dry-run machine: say so instead of failing explain
+        return {"all": f"(launch configs unavailable here: {e})"}
+    out = {"source": lc.describe()}
+    for T in BUCKETS:
+        c1, c2 = lc.get(T)
+        out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
+                         f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
+                         f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}")
+    return out
+
+
+def _make(config, weights, platform, fmt, *, deterministic=False, max_num_tokens=None):
+    return TritonExperts(config, weights, platform, deterministic=deterministic)
+
+
+SPEC = register(BackendSpec(
+    name="triton",
+    description="Triton grouped GEMMs: fused gated activation in GEMM1, routing weight + deterministic "
+                "k-reduction after GEMM2; decode (split-K) and prefill tile regimes",
+    make_experts=_make,
+    quant_methods=frozenset(QUANT_MODE),
+    quant_min_sm={QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMethod.FP8_BLOCK: 89,
+                  QuantMethod.INT8_CHANNEL: 80},
+    min_sm=80,
+    needs_triton=True,
+    check=_check,
+    convert_weights=convert_weights,
+    variants=_variants,
+))
