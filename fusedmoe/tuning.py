@@ -49,7 +49,8 @@ from .errors import ConfigError, ConfigTypeError
 
 __all__ = [
     "GEMM_KEYS", "LaunchConfigs", "config_file_name", "config_tag", "search_dirs", "package_config_dir",
-    "override", "normalize_launch_config", "candidate_configs", "tune", "DEFAULT_TUNE_TOKENS",
+    "override", "normalize_launch_config", "candidate_configs", "search_point", "write_config_file", "tune",
+    "DEFAULT_TUNE_TOKENS", "PointResult",
 ]
 
 log = logging.getLogger("fusedmoe.tuning")
@@ -186,9 +187,20 @@ def _nearest_key(keys: Sequence[int], T: int) -> int:
     return hi if hi - T <= T - lo else lo
 
 
-def _default_fn() -> Callable:
-    from .kernels.grouped_gemm import default_config  # noqa: PLC0415 (kernels import triton lazily)
-    return default_config
+_TAG_TORCH_DTYPE = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
+                    "fp8_tensor": "float8_e4m3fn", "fp8_channel": "float8_e4m3fn", "fp8_block": "float8_e4m3fn",
+                    "int8_channel": "int8"}
+
+
+def builtin_default(T: int, E: int, N: int, H: int, top_k: int, tag: str, gated: bool = True) -> dict:
+    """``fusedmoe.kernels.grouped_gemm.default_config`` for both GEMMs (N = I per partition;
+    ``tag`` the file tag: the dtype the GEMMs' operands are loaded in). Backends usually pass
+    their own ``default_fn``; this is the fallback."""
+    import torch  # noqa: PLC0415
+    from .kernels.grouped_gemm import default_config  # noqa: PLC0415 (kernels import triton)
+    dt = getattr(torch, _TAG_TORCH_DTYPE.get(tag, "bfloat16"))
+    n13 = 2 * N if gated else N
+    return {g: default_config(T, E, n13, H, top_k, dt, gemm=g, gated=gated) for g in ("gemm1", "gemm2")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,7 +256,8 @@ class LaunchConfigs:
     source: str = "default"
     notes: tuple = ()
     triton_version: Optional[str] = None               # of the file
-    default_fn: Optional[Callable] = None              # (T, E, N, H, top_k, dtype) -> dict
+    default_fn: Optional[Callable] = None              # (T, E, N, H, top_k, tag) -> pair or dict
+    gated: bool = True                                 # GEMM1 has 2N rows (for the built-in default)
     _keys: list = field(default_factory=list, repr=False)
     _cache: dict = field(default_factory=dict, repr=False)
 
@@ -254,11 +267,13 @@ class LaunchConfigs:
     # -- construction --------------------------------------------------------------------------
     @classmethod
     def load(cls, platform, E: int, N: int, H: int, top_k: int, scheme="none", dtype="bfloat16",
-             *, default_fn: Optional[Callable] = None) -> "LaunchConfigs":
+             *, default_fn: Optional[Callable] = None, gated: bool = True) -> "LaunchConfigs":
         """Find and read the tuned file for this shape (the only I/O), else fall back to defaults.
 
         ``platform``: a ``fusedmoe.Platform`` (or preset name / None for this machine).
         ``E`` local experts, ``N`` intermediate size per partition, ``H`` hidden size.
+        ``default_fn(T, E, N, H, top_k, tag)`` -> {"gemm1", "gemm2"} (or one flat config)
+        replaces ``builtin_default`` for the T no file covers.
         """
         from .platform import Platform  # noqa: PLC0415
         plat = Platform.resolve(platform)
@@ -269,7 +284,9 @@ class LaunchConfigs:
         for d in dirs:
             path = os.path.join(d, fname)
             if os.path.isfile(path):
-                return cls._from_file(path, E, N, H, top_k, tag, fname, default_fn)
+                lc = cls._from_file(path, E, N, H, top_k, tag, fname, default_fn)
+                lc.gated = gated
+                return lc
         msg = (f"no tuned launch config {fname!r} (looked in: {', '.join(dirs)}); using shape-aware "
                f"defaults, performance may be sub-optimal. Run `fusedmoe tune` on this GPU and put the "
                f"file in FUSEDMOE_CONFIG_DIR.")
@@ -280,7 +297,7 @@ class LaunchConfigs:
         else:  # CPU / interpreter: speed is not the point there
             log.debug(msg)
         return cls(E, N, H, top_k, tag, fname, {}, "default",
-                   (f"default launch configs: {fname} not found in {', '.join(dirs)}",), None, default_fn)
+                   (f"default launch configs: {fname} not found in {', '.join(dirs)}",), None, default_fn, gated)
 
     @classmethod
     def _from_file(cls, path, E, N, H, top_k, tag, fname, default_fn) -> "LaunchConfigs":
@@ -306,7 +323,7 @@ class LaunchConfigs:
     def for_config(cls, config: MoEConfig, scheme="none", platform=None) -> "LaunchConfigs":
         """``load`` with E, N, H, top_k and dtype taken from a ``MoEConfig``."""
         return cls.load(platform, config.num_local_experts, config.intermediate_size, config.hidden_size,
-                        config.top_k, scheme, config.dtype)
+                        config.top_k, scheme, config.dtype, gated=config.is_gated)
 
     @classmethod
     def from_table(cls, table, *, E=0, N=0, H=0, top_k=1, tag="bfloat16", source="table") -> "LaunchConfigs":
@@ -329,10 +346,18 @@ class LaunchConfigs:
             return self.table[_nearest_key(self._keys, T)]
         pair = self._cache.get(T)
         if pair is None:
-            fn = self.default_fn or _default_fn()
-            pair = _split_entry(fn(T, self.E, self.N, self.H, self.top_k, self.tag), f"default_config(T={T})")
+            if self.default_fn is not None:
+                d = self.default_fn(T, self.E, self.N, self.H, self.top_k, self.tag)
+            else:
+                d = builtin_default(T, self.E, self.N, self.H, self.top_k, self.tag, self.gated)
+            pair = _split_entry(d, f"default_config(T={T})")
             self._cache[T] = pair
         return pair
+
+    def defaults_only(self) -> "LaunchConfigs":
+        """The same key with the tuned table dropped: what runs when no file exists."""
+        return LaunchConfigs(self.E, self.N, self.H, self.top_k, self.tag, self.file_name, {}, "default",
+                             (), None, self.default_fn, self.gated)
 
     @property
     def is_tuned(self) -> bool:
@@ -369,47 +394,63 @@ def _bytes_per_elem(scheme: QuantScheme, dtype: str) -> tuple:
     """(activation operand bytes, weight operand bytes) as the GEMMs load them."""
     m = scheme.method
     a = 1 if m.quantizes_activations and m != QuantMethod.NVFP4 else (4 if dtype == "float32" else 2)
-    w = {16: 4 if dtype == "float32" else 2, 8: 1, 4: 0.5}[scheme.weight_bits]
+    w = {16: 4 if dtype == "float32" else 2, 8: 1, 4: 0.5}[scheme.method.weight_bits]
     return a, w
 
 
-def _smem(bm, bn, bk, stages, a_bytes, w_bytes) -> float:
-    return stages * (bm * bk * a_bytes + bn * bk * w_bytes)
+def _smem(bm, bn, bk, stages, a_bytes, w_bytes, b_tiles: int = 1) -> float:
+    return stages * (bm * bk * a_bytes + b_tiles * bn * bk * w_bytes)
 
 
-def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, scheme="none",
-                      dtype="bfloat16", stage: str = "tiles", tiles: Iterable = (), space: Optional[dict] = None) -> list:
-    """Configs of one GEMM (output dim ``n_out``, reduction dim ``k_in``) worth timing at T tokens.
+STAGES = ("tiles", "pipeline", "split", "group")
 
+
+def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm: str = "gemm1",
+                      gated: bool = True, scheme="none", dtype="bfloat16", stage: str = "tiles",
+                      tiles: Iterable = (), space: Optional[dict] = None, bm_divides: Optional[int] = None) -> list:
+    """Configs of one GEMM worth timing at T tokens.
+
+    ``n_out``: output columns a program tiles (GEMM1: I per half when gated, the kernel holds
+    gate and up accumulators; GEMM2: H); ``k_in``: the reduction dim (H, resp. I).
     Pruned around the shape: BLOCK_SIZE_M tracks the tokens per hit expert (no BM=128 when each
-    expert gets one token), BLOCK_SIZE_N/K never exceed the matrix, stages fit shared memory.
-    ``stage``: 'tiles' (BM x BN x BK with a heuristic warps/stages), 'pipeline' (warps x stages
-    for the given ``tiles``), 'group' (GROUP_SIZE_M for the given ``tiles``; only when an expert
-    spans several M blocks). ``space`` ({key: [values]}) replaces the generated values per key.
+    expert gets one token), BLOCK_SIZE_N/K never exceed the matrix, stages fit shared memory,
+    ``bm_divides``: GEMM2's BM must divide GEMM1's (they share one alignment of the tokens).
+    ``stage``: 'tiles' (BM x BN x BK, heuristic warps/stages), 'pipeline' (warps x stages of
+    ``tiles``), 'split' (GEMM2 only, few tokens per expert: SPLIT_K of ``tiles`` to fill the
+    SMs), 'group' (GROUP_SIZE_M of ``tiles``, only when an expert spans several M blocks).
+    ``space`` ({key: [values]}) replaces the generated values of a key.
     """
     s = QuantScheme.parse(scheme)
     space = dict(space or {})
     a_b, w_b = _bytes_per_elem(s, dtype)
+    b_tiles = 2 if gemm == "gemm1" and gated else 1
     m = _tokens_per_active_expert(T, E, top_k)
     cap = min(128, max(16, _next_pow2(m)))
     bms = space.get("BLOCK_SIZE_M") or sorted({max(16, cap // 2), cap})
+    if bm_divides:
+        bms = [b for b in bms if b <= bm_divides and bm_divides % b == 0] or [bm_divides]
     small = m <= 16
-    bns = space.get("BLOCK_SIZE_N") or [b for b in ((32, 64, 128) if small else (64, 128, 256)) if b <= max(32, _next_pow2(n_out))]
-    bks = space.get("BLOCK_SIZE_K") or [b for b in ((64, 128, 256) if small else (64, 128)) if b <= max(32, _next_pow2(k_in))]
-    if s.method == QuantMethod.FP8_BLOCK:  # the kernels read one weight scale per (bn, bk) block per tile
-        bn_blk, bk_blk = s.block_shape
-        bks = space.get("BLOCK_SIZE_K") or [bk_blk]
-        bns = space.get("BLOCK_SIZE_N") or [b for b in (32, 64, 128) if bn_blk % b == 0]
+    bns = space.get("BLOCK_SIZE_N") or [b for b in ((32, 64, 128) if small else (64, 128, 256))
+                                        if b <= max(32, _next_pow2(n_out))]
+    bks = space.get("BLOCK_SIZE_K") or [b for b in ((64, 128, 256) if small else (64, 128))
+                                        if b <= max(32, _next_pow2(k_in))]
+    if s.method == QuantMethod.FP8_BLOCK:  # block scales are applied per K tile: BK must divide bk
+        bk_blk = s.block_shape[1]
+        bks = space.get("BLOCK_SIZE_K") or [b for b in (64, 128) if bk_blk % b == 0] or [bk_blk]
     elif s.group_size and s.method != QuantMethod.NONE:  # K tiles inside one scale group
-        bks = space.get("BLOCK_SIZE_K") or [b for b in bks if b <= s.group_size and s.group_size % b == 0] or [s.group_size]
+        bks = space.get("BLOCK_SIZE_K") or [b for b in bks if b <= s.group_size and s.group_size % b == 0] \
+            or [s.group_size]
     warps = space.get("num_warps") or [4, 8]
     stages = space.get("num_stages") or [2, 3, 4, 5]
     groups = space.get("GROUP_SIZE_M") or [1, 8, 16, 32]
-    split = space.get("SPLIT_K") or [1]
+    splits = space.get("SPLIT_K") or [1, 2, 4, 8, 16]
 
     def make(bm, bn, bk, w, st, g=1, sk=1):
         return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g,
                 "num_warps": w, "num_stages": st, "SPLIT_K": sk}
+
+    def fits(bm, bn, bk, st):
+        return _smem(bm, bn, bk, st, a_b, w_b, b_tiles) <= SMEM_LIMIT
 
     out = []
     if stage == "tiles":
@@ -417,12 +458,9 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, sche
             for bn in bns:
                 for bk in bks:
                     w = 4 if bm * bn <= 64 * 128 else 8
-                    fit = [st for st in stages if _smem(bm, bn, bk, st, a_b, w_b) <= SMEM_LIMIT]
-                    if not fit:
-                        continue
-                    st = 4 if 4 in fit else max(fit)
-                    for sk in split:
-                        out.append(make(bm, bn, bk, w, st, 1, sk))
+                    fit = [st for st in stages if fits(bm, bn, bk, st)]
+                    if fit:
+                        out.append(make(bm, bn, bk, w, 4 if 4 in fit else max(fit)))
     elif stage == "pipeline":
         for t in tiles:
             bm, bn, bk = t["BLOCK_SIZE_M"], t["BLOCK_SIZE_N"], t["BLOCK_SIZE_K"]
@@ -430,8 +468,14 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, sche
                 if w == 8 and bm * bn < 64 * 64:  # 8 warps on a tiny tile leave warps idle
                     continue
                 for st in stages:
-                    if _smem(bm, bn, bk, st, a_b, w_b) <= SMEM_LIMIT:
-                        out.append(make(bm, bn, bk, w, st, 1, t.get("SPLIT_K", 1)))
+                    if fits(bm, bn, bk, st):
+                        out.append({**t, "num_warps": w, "num_stages": st})
+    elif stage == "split":
+        if gemm == "gemm2" and small:  # GEMM1's activation is not linear: it never splits K
+            for t in tiles:
+                for sk in splits:
+                    if k_in // sk >= 2 * t["BLOCK_SIZE_K"]:
+                        out.append({**t, "SPLIT_K": sk})
     elif stage == "group":
         for t in tiles:
             if m <= t["BLOCK_SIZE_M"]:  # one M block per expert: GROUP_SIZE_M changes nothing
@@ -439,7 +483,7 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, sche
             for g in groups:
                 out.append({**t, "GROUP_SIZE_M": g})
     else:
-        raise ConfigError("stage", stage, ["tiles", "pipeline", "group"], "internal use")
+        raise ConfigError("stage", stage, list(STAGES), "internal use")
     seen, uniq = set(), []
     for c in out:
         key = tuple(sorted(c.items()))
@@ -461,6 +505,118 @@ def _key(c: dict) -> tuple:
     return tuple(sorted(c.items()))
 
 
+@dataclass
+class PointResult:
+    """The tuner's answer at one T."""
+
+    T: int
+    gemm1: dict
+    gemm2: dict
+    rel_err: Optional[float]
+    timed: int                                   # candidates timed (both GEMMs)
+    failures: list = field(default_factory=list)  # "what: why" of candidates that could not run / were wrong
+
+
+def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme="none", dtype="bfloat16",
+                 default_pair: Pair, measure: Callable, check: Callable, search_space: Optional[dict] = None,
+                 on_step: Optional[Callable] = None, on_total: Optional[Callable] = None) -> PointResult:
+    """The search at one T, free of devices (tests drive it with fakes).
+
+    ``measure(pair) -> µs`` times the experts forward with launch configs ``pair`` (raise if the
+    config cannot launch); ``check(pair) -> (ok, rel_err)`` compares with the reference.
+    GEMM1 is searched with GEMM2 at ``default_pair[1]``, then GEMM2 with GEMM1 at its winner
+    (GEMM2's BLOCK_SIZE_M dividing GEMM1's). Each GEMM: tiles, then warps x stages of the best
+    two tiles, then (GEMM2, decode) SPLIT_K of the best two, then GROUP_SIZE_M of the best.
+    The fastest correct pair among the top three of each GEMM wins.
+    """
+    s = QuantScheme.parse(scheme)
+    timed: dict = {}
+    failures: list = []
+
+    def search(gemm: str, fixed: dict, n_out: int, k_in: int, bm_divides: Optional[int] = None) -> list:
+        def run(cands):
+            if on_total:
+                on_total(len(cands))
+            for c in cands:
+                if (gemm, _key(c)) not in timed:
+                    pair = (c, fixed) if gemm == "gemm1" else (fixed, c)
+                    try:
+                        timed[(gemm, _key(c))] = (float(measure(pair)), c)
+                    except Exception as e:  # a config the kernel cannot launch (shared memory, ...)
+                        failures.append(f"{gemm} {c}: {type(e).__name__}: {str(e)[:120]}")
+                        timed[(gemm, _key(c))] = (math.inf, c)
+                if on_step:
+                    on_step(f"T={T} {gemm}")
+
+        def ranked():
+            return [v for v in sorted((v for (g, _), v in timed.items() if g == gemm), key=lambda v: v[0])
+                    if v[0] < math.inf]
+
+        kw = dict(gemm=gemm, gated=gated, scheme=s, dtype=dtype, space=search_space, bm_divides=bm_divides)
+        run(candidate_configs(T, E, top_k, n_out, k_in, stage="tiles", **kw))
+        run(candidate_configs(T, E, top_k, n_out, k_in, stage="pipeline", tiles=[c for _, c in ranked()[:2]], **kw))
+        run(candidate_configs(T, E, top_k, n_out, k_in, stage="split", tiles=[c for _, c in ranked()[:2]], **kw))
+        run(candidate_configs(T, E, top_k, n_out, k_in, stage="group", tiles=[c for _, c in ranked()[:1]], **kw))
+        return [c for _, c in ranked()]
+
+    gated = N13 == 2 * I
+    ranked1 = search("gemm1", default_pair[1], I if gated else N13, H)
+    if not ranked1:
+        raise ConfigError("tune", f"T={T}", "at least one launchable gemm1 config",
+                          "every candidate failed: " + "; ".join(failures[:3]), problem="found no config")
+    ranked2 = search("gemm2", ranked1[0], H, I, bm_divides=ranked1[0]["BLOCK_SIZE_M"])
+    if not ranked2:
+        raise ConfigError("tune", f"T={T}", "at least one launchable gemm2 config",
+                          "every candidate failed: " + "; ".join(failures[:3]), problem="found no config")
+    for c1 in ranked1[:3]:
+        for c2 in ranked2[:3]:
+            if c1["BLOCK_SIZE_M"] % c2["BLOCK_SIZE_M"]:  # GEMM2 was searched under ranked1[0]'s BM
+                continue
+            ok, err = check((c1, c2))
+            if ok:
+                return PointResult(T, c1, c2, err, len(timed), failures)
+            failures.append(f"wrong result (rel err {err}) with gemm1={c1} gemm2={c2}")
+    raise ConfigError("tune", f"T={T}", "a config whose output matches the reference",
+                      "the fastest configs give wrong results (a kernel bug): " + "; ".join(failures[-3:]),
+                      problem="found no correct config")
+
+
+def _reset_workspaces(pe) -> None:
+    """Drop the experts' cached workspaces: their sizes depend on the launch config (BLOCK_SIZE_M
+    pads the alignment, SPLIT_K multiplies GEMM2's scratch), which override() just changed."""
+    ws = getattr(getattr(pe, "kernel", None), "_ws", None)
+    if isinstance(ws, dict):
+        ws.clear()
+
+
+def write_config_file(path: str, results: dict, meta: Optional[dict] = None) -> str:
+    """Write {T: {"gemm1", "gemm2"}} (+ meta) to ``path`` atomically. Entries of an existing
+    file tuned with the same Triton major.minor are kept for the T not re-tuned."""
+    run = _running_triton_version()
+    entries = {}
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                old = json.load(f)
+            if _major_minor(old.get("triton_version")) == _major_minor(run):
+                entries = {int(k): v for k, v in old.items() if str(k).isdigit()}
+        except (OSError, ValueError):
+            entries = {}
+    entries.update({int(T): v for T, v in results.items()})
+    data = {"triton_version": run}
+    for T in sorted(entries):
+        data[str(T)] = entries[T]
+    if meta is not None:
+        data["meta"] = meta
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+    _WARNED.discard(os.path.basename(path))
+    return path
+
+
 def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_TOKENS, *, platform=None,
          search_space: Optional[dict] = None, out_dir: Optional[str] = None, progress: bool = True,
          skew: Optional[float] = None, backend: Optional[str] = None, seed: int = 0,
@@ -470,11 +626,10 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
     Per T: realistic routing (random logits -> softmax top-k; with ``skew`` = alpha, expert
     popularity is drawn from Dirichlet(alpha), the distribution-aware tuning of FlashInfer #4106,
     so hot experts get many tokens as in real traffic); inputs rotate so L2 does not hold them.
-    GEMM1's candidates are timed with GEMM2 at its default, then GEMM2's with GEMM1 at its winner
-    (the whole experts forward of the Triton backend runs under ``override``, captured in a CUDA
-    graph, median of replays). Search: tiles first, then warps x stages for the best two tiles,
-    then GROUP_SIZE_M. The winner is checked against ``reference_moe``; a wrong winner is dropped
-    and the next one checked. ``search_space``: {key: [values]} replacing the generated values.
+    The Triton backend's whole experts forward runs under ``override(pair)``, captured in a CUDA
+    graph (median of replays); ``search_point`` says what is searched. The winner is checked
+    against ``reference_moe``. ``search_space``: {key: [values]} replacing the generated values.
+    The file also records, per T, the tuned and the default configs' times.
     """
     from .bench import harness  # noqa: PLC0415
     from .platform import Platform  # noqa: PLC0415
@@ -495,125 +650,56 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
     weights = harness.make_weights(cfg, s, device, seed=seed)
     backend = backend or _tuning_backend(s)
     pe = prepare_experts(cfg, weights, backend=backend, platform=plat)
-    base = LaunchConfigs.load(plat, cfg.num_local_experts, cfg.intermediate_size, cfg.hidden_size, cfg.top_k, s, cfg.dtype)
-    fname = config_file_name(cfg.num_local_experts, cfg.intermediate_size, plat.device_name, s, cfg.dtype)
     E, k, H, N13, I = cfg.num_local_experts, cfg.top_k, cfg.hidden_size, cfg.n13, cfg.intermediate_size
+    fname = config_file_name(E, I, plat.device_name, s, cfg.dtype)
+    backend_lc = getattr(getattr(getattr(pe, "kernel", None), "experts", None), "lc", None)
+    if isinstance(backend_lc, LaunchConfigs):   # the backend's own defaults (what runs untuned)
+        defaults = backend_lc.defaults_only()
+    else:
+        defaults = LaunchConfigs.for_config(cfg, s, plat).defaults_only()
+    wbytes = harness.total_weight_bytes(weights)
     l2 = harness.l2_bytes()
     bar = harness.Progress(total=None, desc=f"tune {fname}", enabled=progress)
-    results, meta_points = {}, {}
+    results, points = {}, {}
     t_start = time.perf_counter()
+    with torch.inference_mode():
+        for T in tokens:
+            sets = harness.make_input_sets(cfg, T, device, seed=seed + T, skew=skew, l2_bytes=l2,
+                                           weight_bytes=wbytes, min_sets=2, max_sets=16)
 
-    def measure(pair, sets):
-        with override(pair):
-            return harness.time_impl(pe, sets, graph=True, budget_ms=budget_ms, min_reps=3)
+            def measure(pair, sets=sets):
+                _reset_workspaces(pe)
+                with override(pair):
+                    return harness.time_impl(pe, sets, graph=True, eager=False, budget_ms=budget_ms,
+                                             min_reps=3).best_us
 
-    for T in tokens:
-        sets = harness.make_input_sets(cfg, T, device, seed=seed + T, skew=skew, l2_bytes=l2,
-                                       weight_bytes=harness.total_weight_bytes(weights), min_sets=2, max_sets=16)
-        default_pair = _split_entry(_default_fn()(T, E, I, H, k, base.tag), f"default_config(T={T})")
-        timed = {}   # (gemm, key) -> us
-        failures = []
+            def check(pair, T=T):
+                _reset_workspaces(pe)
+                with override(pair):
+                    r = harness.check_impl(pe, cfg, weights, T, device, seed=seed + 7919 * T, skew=skew)
+                return r.ok, r.rel_err
 
-        def search(gemm: str, fixed: dict, n_out: int, k_in: int) -> list:
-            def run(cands):
-                for c in cands:
-                    if (gemm, _key(c)) in timed:
-                        continue
-                    pair = (c, fixed) if gemm == "gemm1" else (fixed, c)
-                    try:
-                        timed[(gemm, _key(c))] = (measure(pair, sets).best_us, c)
-                    except Exception as e:  # a config the kernel cannot launch (shared memory, ...)
-                        failures.append(f"{gemm} {c}: {type(e).__name__}: {str(e)[:120]}")
-                        timed[(gemm, _key(c))] = (math.inf, c)
-                    bar.update(1, f"T={T} {gemm}")
-
-            def ranked():
-                return sorted((v for (g, _), v in timed.items() if g == gemm), key=lambda x: x[0])
-
-            tiles = candidate_configs(T, E, k, n_out, k_in, scheme=s, dtype=cfg.dtype, stage="tiles", space=search_space)
-            bar.add_total(len(tiles))
-            run(tiles)
-            top = [c for t, c in ranked()[:2] if t < math.inf]
-            pipe = candidate_configs(T, E, k, n_out, k_in, scheme=s, dtype=cfg.dtype, stage="pipeline", tiles=top,
-                                     space=search_space)
-            bar.add_total(len(pipe))
-            run(pipe)
-            top = [c for t, c in ranked()[:1] if t < math.inf]
-            grp = candidate_configs(T, E, k, n_out, k_in, scheme=s, dtype=cfg.dtype, stage="group", tiles=top,
-                                    space=search_space)
-            bar.add_total(len(grp))
-            run(grp)
-            return [c for t, c in ranked() if t < math.inf]
-
-        ranked1 = search("gemm1", default_pair[1], N13, H)
-        if not ranked1:
-            raise ConfigError("tune", f"T={T}", "at least one launchable gemm1 config",
-                              "every candidate failed: " + "; ".join(failures[:3]), problem="found no config")
-        ranked2 = search("gemm2", ranked1[0], H, I)
-        if not ranked2:
-            raise ConfigError("tune", f"T={T}", "at least one launchable gemm2 config",
-                              "every candidate failed: " + "; ".join(failures[:3]), problem="found no config")
-        best = None
-        for c1 in ranked1[:3]:
-            for c2 in ranked2[:3]:
-                with override((c1, c2)):
-                    err = harness.check_impl(pe, cfg, weights, T, device, seed=seed + 7919 * T, skew=skew)
-                if err.ok:
-                    best = (c1, c2, err.rel_err)
-                    break
-                failures.append(f"wrong result (rel err {err.rel_err:.3g}) with {c1} / {c2}")
-            if best:
-                break
-        if best is None:
-            raise ConfigError("tune", f"T={T}", "a config whose output matches the reference",
-                              "the fastest configs give wrong results; this is a kernel bug: " + "; ".join(failures[-3:]),
-                              problem="found no correct config")
-        tuned_us = measure((best[0], best[1]), sets).best_us
-        try:
-            default_us = measure(default_pair, sets).best_us
-        except Exception as e:  # the default itself cannot launch: report, do not fail the tuning
-            default_us = None
-            failures.append(f"default config failed: {e}")
-        results[T] = {"gemm1": best[0], "gemm2": best[1]}
-        meta_points[str(T)] = {"tuned_us": round(tuned_us, 3),
-                               "default_us": None if default_us is None else round(default_us, 3),
-                               "speedup_vs_default": None if not default_us else round(default_us / tuned_us, 3),
-                               "rel_err": best[2], "candidates": len(timed), "failed": len(failures)}
-        for f_ in failures:
-            log.debug("tune T=%d: %s", T, f_)
+            default_pair = defaults._lookup(T)
+            pt = search_point(T, E=E, top_k=k, H=H, N13=N13, I=I, scheme=s, dtype=cfg.dtype,
+                              default_pair=default_pair, measure=measure, check=check, search_space=search_space,
+                              on_step=lambda msg: bar.update(1, msg), on_total=bar.add_total)
+            tuned_us = measure((pt.gemm1, pt.gemm2))
+            try:
+                default_us = measure(default_pair)
+            except Exception as e:  # the default itself cannot launch: report, do not fail the tuning
+                default_us = None
+                pt.failures.append(f"default config failed: {e}")
+            results[T] = {"gemm1": pt.gemm1, "gemm2": pt.gemm2}
+            points[str(T)] = {"tuned_us": round(tuned_us, 3),
+                              "default_us": None if default_us is None else round(default_us, 3),
+                              "speedup_vs_default": round(default_us / tuned_us, 3) if default_us else None,
+                              "rel_err": pt.rel_err, "candidates": pt.timed, "failed": len(pt.failures)}
+            for f_ in pt.failures:
+                log.debug("tune T=%d: %s", T, f_)
     bar.close()
-    path = os.path.join(out_dir, fname)
-    data = _merge_existing(path, results)
-    data["meta"] = {
-        "device": plat.name, "device_name": plat.device_name, "backend": backend,
-        "shape": {"E": E, "N": I, "H": H, "top_k": k, "activation": cfg.activation.value, "dtype": cfg.dtype},
-        "scheme": s.name, "routing": "uniform" if skew is None else f"dirichlet(alpha={skew})",
-        "torch": torch.__version__, "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "seconds": round(time.perf_counter() - t_start, 1), "points": meta_points,
-    }
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
-    _WARNED.discard(fname)
-    return path
-
-
-def _merge_existing(path: str, results: dict) -> dict:
-    """New results over an existing file's entries when both were tuned with the same Triton."""
-    run = _running_triton_version()
-    entries = {}
-    if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                old = json.load(f)
-            if _major_minor(old.get("triton_version")) == _major_minor(run):
-                entries = {int(k): v for k, v in old.items() if str(k).isdigit()}
-        except (OSError, ValueError):
-            entries = {}
-    entries.update(results)
-    data = {"triton_version": run}
-    for T in sorted(entries):
-        data[str(T)] = entries[T]
-    return data
+    meta = {"device": plat.name, "device_name": plat.device_name, "backend": backend,
+            "shape": {"E": E, "N": I, "H": H, "top_k": k, "activation": cfg.activation.value, "dtype": cfg.dtype},
+            "scheme": s.name, "routing": "uniform" if skew is None else f"dirichlet(alpha={skew})",
+            "torch": torch.__version__, "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "seconds": round(time.perf_counter() - t_start, 1), "points": points}
+    return write_config_file(os.path.join(out_dir, fname), results, meta)

@@ -28,7 +28,7 @@ ALL_ACTIVATIONS = frozenset(Activation)
 ALL_QUANT = frozenset(QuantMethod)
 ALL_ROUTING = frozenset({"topk", "topk_bias", "grouped_topk", "custom"})
 
-BUILTIN_MODULES = ("torch_ref", "grouped_mm", "emulation", "triton")
+BUILTIN_MODULES = ("torch_ref", "grouped_mm", "emulation", "triton", "triton_batched")
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,8 @@ class TritonExperts(Experts):
         align = align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,
                                  out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]))
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
+        if expert_map is not None and self.scheme.method == QuantMethod.FP8_TENSOR and w.a2_scale is None:
+            ws["h"].zero_()   # dropped slots' rows are never written; the dynamic amax must not see garbage
         h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias,
                       swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
                       config=c1, a_scale=prep.a1q_scale, b_scale=w.w13_scale, **q)

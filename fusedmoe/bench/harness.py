@@ -263,7 +263,7 @@ def make_input_sets(config: MoEConfig, T: int, device, *, seed: int = 0, skew: O
     eb = _DTYPE_BYTES[config.dtype]
     per_set = T * H * eb * 2 + T * k * (4 + 4 + 8)
     need = max(0, 2 * l2_bytes - weight_bytes)
-    n = max(min_sets, _cdiv(need, per_set) if need else min_sets)
+    n = max(min_sets, need // per_set + 1 if need else min_sets)   # strictly more than 2x L2
     n = min(n, max_sets, max(1, max_total_bytes // per_set))
     g = torch.Generator().manual_seed(seed)
     sets = []
@@ -713,8 +713,12 @@ def run_bench(spec: BenchSpec, *, progress: bool = True, impls_fn: Optional[Call
                     if why is None:
                         try:
                             fn = impl.build(config, weights if impl.kind == "fusedmoe" else base)
-                        except Exception as e:
-                            why = f"could not build: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                        except Exception as e:  # reported; PeerUnavailable = cannot run here, not a failure
+                            msg = str(e).splitlines()[0][:200] if str(e) else ""
+                            if type(e).__name__ == "PeerUnavailable":
+                                impl.unavailable = why = msg
+                            else:
+                                why = f"could not build: {type(e).__name__}: {msg}"
                     for T in spec.tokens:
                         bar.update(1, f"{shape_name} {scheme.name} T={T} {impl.name}")
                         sets = inputs[T]
@@ -835,8 +839,19 @@ def summarize(results: Sequence[Measurement]) -> dict:
             "geomean_speedup_auto": _geomean([p["auto_speedup"] for p in ps if p["auto_speedup"]]),
             "min_speedup": min((p["speedup"] for p in ps), default=None),
         }
-    problems = [{"shape": r.shape, "scheme": r.scheme, "T": r.T, "impl": r.impl, "status": r.status,
-                 "reason": r.reason} for r in results if r.status in ("wrong", "failed")]
+    problems, seen = [], set()
+    for r in results:   # one entry per (shape, scheme, impl, status, reason); T lists where
+        if r.status not in ("wrong", "failed"):
+            continue
+        key = (r.shape, r.scheme, r.impl, r.status, r.reason if r.status == "failed" else "")
+        if key in seen:
+            next(p for p in problems if p["key"] == key)["T"].append(r.T)
+            continue
+        seen.add(key)
+        problems.append({"key": key, "shape": r.shape, "scheme": r.scheme, "T": [r.T], "impl": r.impl,
+                         "status": r.status, "reason": r.reason})
+    for p in problems:
+        del p["key"]
     return {"per_scheme": per_scheme, "points": points, "problems": problems,
             "wrong_fusedmoe": sum(1 for r in results if r.kind == "fusedmoe" and r.status == "wrong")}
 
@@ -851,17 +866,26 @@ def _f(v, fmt: str, width: int) -> str:
 def format_table(report: BenchReport) -> str:
     """One block per (shape, scheme): µs graph / µs eager / TFLOP/s / GB/s / % roofline / vs best peer."""
     c = report.ceilings
-    lines = [f"device: {c.device}   ceilings: copy {c.copy_gbps:.0f} GB/s, matmul {c.matmul_tflops:.0f} TFLOP/s"
-             + (f", fp8 {c.fp8_tflops:.0f} TFLOP/s" if c.fp8_tflops else "") + (f"   ({c.note})" if c.note else "")]
+    lines = [f"device: {c.device}   ceilings (measured): copy {c.copy_gbps:.4g} GB/s, matmul {c.matmul_tflops:.4g} TFLOP/s"
+             + (f", fp8 {c.fp8_tflops:.4g} TFLOP/s" if c.fp8_tflops else "") + (f"   ({c.note})" if c.note else "")]
     groups = {}
     for r in report.results:
         groups.setdefault((r.shape, r.scheme), []).append(r)
     head = (f"{'T':>6} {'implementation':<22} {'us graph':>10} {'us eager':>10} {'TFLOP/s':>8} {'GB/s':>8} "
             f"{'%roof':>6} {'vs peer':>8}  note")
     for (shape, scheme), rows in groups.items():
-        lines += ["", f"== {shape}  scheme={scheme} ==", head]
+        lines += ["", f"== {shape}  scheme={scheme} =="]
+        never = {}
+        for r in rows:
+            if r.status == "unsupported":
+                never.setdefault((r.impl, r.reason), []).append(r.T)
+        for (impl, reason), Ts in never.items():
+            lines.append(f"   not run: {impl}: {reason[:140]}")
+        lines.append(head)
         for r in sorted(rows, key=lambda r: (r.T, r.kind != "fusedmoe", r.impl)):
             name = r.impl + ("*" if r.auto_selected else "")
+            if r.status == "unsupported":
+                continue
             if r.status != "ok":
                 lines.append(f"{r.T:>6} {name:<22} {r.status.upper():>10}  {r.reason[:110]}")
                 continue
@@ -893,5 +917,6 @@ def format_summary(report: BenchReport) -> str:
             lines.append(f"  slower than {p['best_peer']}: {p['shape']} {p['scheme']} T={p['T']} "
                          f"({p['best_fusedmoe']} {p['best_fusedmoe_us']:.1f} us vs {p['best_peer_us']:.1f} us)")
     for p in s["problems"]:
-        lines.append(f"  {p['status'].upper()}: {p['impl']} {p['shape']} {p['scheme']} T={p['T']}: {p['reason'][:160]}")
+        Ts = ",".join(str(t) for t in p["T"])
+        lines.append(f"  {p['status'].upper()}: {p['impl']} {p['shape']} {p['scheme']} T={Ts}: {p['reason'][:160]}")
     return "\n".join(lines)

@@ -24,6 +24,7 @@ Scales (``scale_mode``), applied in fp32:
   'channel' a_scale [E, T_max, 1] (per token; [1] broadcasts), b_scale [E, N]; after the loop
   'block'   a_scale [E, T_max, ceil(K/bk)], b_scale [E, ceil(N/bn), ceil(K/bk)]; every K
             step adds dot * a_s * b_s, so BLOCK_SIZE_K must divide bk
+  Per-token / per-group activation scales may also come flattened, [E * T_max, 1 or K/bk].
 Operands fp16 / bf16 / fp32 (fp32: IEEE dot, no tf32, to match torch), float8_e4m3fn, int8
 (int32 accumulation). Both operands have the same dtype.
 """
@@ -185,15 +186,18 @@ def default_batched_config(T_max: int, E: int, N: int, K: int, dtype, block_shap
             "num_warps": warps, "num_stages": stages}
 
 
-def _scale_strides(t: Optional[torch.Tensor], is_weight: bool):
+def _scale_strides(t: Optional[torch.Tensor], is_weight: bool, T_max: int):
     """(expert, row/column, k-block) strides of a scale tensor; 0 where it broadcasts."""
     if t is None:
         return 0, 0, 0
     if t.dim() == 1:                       # [1] per tensor, or [E] per expert
         return (t.stride(0) if t.numel() > 1 else 0), 0, 0
-    if t.dim() == 2:                       # weights [E, N] per channel
-        assert is_weight, "2-D activation scale: use [E, T_max, 1] or [E, T_max, K/bk]"
-        return t.stride(0), t.stride(1), 0
+    if t.dim() == 2:
+        if is_weight:                      # [E, N] per channel
+            return t.stride(0), t.stride(1), 0
+        # activations flattened to [E * T_max, 1 or K/bk] (what the quantizers return for a
+        # [E * T_max, K] view of the batched buffer)
+        return T_max * t.stride(0), t.stride(0), (t.stride(1) if t.shape[1] > 1 else 0)
     return t.stride(0), t.stride(1), (t.stride(2) if t.shape[2] > 1 else 0)
 
 
@@ -208,8 +212,8 @@ def _launch(a, counts, b, c, activation, gated, bias, swiglu_limit, alpha, limit
     group_n, group_k = (block_shape if block_shape is not None else (1, 1))
     assert mode != "block" or group_k % bk == 0, "BLOCK_SIZE_K must divide the scale block bk"
     acc_int = a.dtype == torch.int8
-    ase, asm, ask = _scale_strides(a_scale, False)
-    bse, bsn, bsk = _scale_strides(b_scale, True)
+    ase, asm, ask = _scale_strides(a_scale, False, T_max)
+    bse, bsn, bsk = _scale_strides(b_scale, True, T_max)
     dummy = c
     grid = (triton.cdiv(T_max, bm) * triton.cdiv(N_out, bn), E)
     _batched_gemm_kernel[grid](

@@ -47,7 +47,10 @@ _MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp
 # ----------------------------------------------------------------------------- shared device helpers
 @triton.jit
 def _sigmoid(x):
-    return 1.0 / (1.0 + tl.exp(-x))
+    # exp(-|x|) never overflows, and e / (1 + e) keeps the relative precision of tiny results
+    e = tl.exp(-tl.abs(x))
+    r = 1.0 / (1.0 + e)
+    return tl.where(x >= 0, r, e * r)
 
 
 @triton.jit
@@ -206,6 +209,10 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, K, T_
     """One row per program. MODE "token": scale_ptr [T] is written; "tensor_static": scale_ptr
     [1] is read; "tensor_dynamic": the scale comes from amax_bits_ptr, program 0 writes it."""
     row = tl.program_id(0)
+    if MODE == "tensor_dynamic":
+        scale = _scale_from_amax_bits(tl.load(amax_bits_ptr), QMAX, False)
+        if row == 0:                                    # before the padding exit: row 0 may be padding
+            tl.store(scale_ptr, scale)
     if _row_is_padding(row, counts_ptr, T_MAX, HAS_COUNTS):
         return
     x_row = x_ptr + row.to(tl.int64) * stride_xm
@@ -222,12 +229,7 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, K, T_
                 bits = tl.maximum(bits, _abs_bits(xk))
         scale = _scale_from_amax_bits(tl.max(bits, axis=0), QMAX, False)
         tl.store(scale_ptr + row, scale)
-    elif MODE == "tensor_dynamic":
-        scale = _scale_from_amax_bits(tl.load(amax_bits_ptr), QMAX, False)
-        if row == 0:
-            tl.store(scale_ptr, scale)
-    else:
-        tl.static_assert(MODE == "tensor_static")
+    elif MODE == "tensor_static":
         scale = tl.load(scale_ptr)
     if ONE_CHUNK and MODE == "token":
         tl.store(q_row + cols, _quantize(x, scale, QTYPE, BITWISE_FP8), mask=cols < K)

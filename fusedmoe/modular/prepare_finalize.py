@@ -21,24 +21,40 @@ from .interfaces import (ActivationFormat, BatchedSlots, ExpertTokensMetadata, P
 __all__ = ["NoEP", "LocalBatched", "quantize_activation"]
 
 
-def quantize_activation(x: torch.Tensor, scheme, static_scale: Optional[torch.Tensor] = None):
-    """Quantize a GEMM input [M, K] the way ``scheme`` does -> (q, scale).
+def quantize_activation(x: torch.Tensor, scheme, static_scale: Optional[torch.Tensor] = None,
+                        counts: Optional[torch.Tensor] = None):
+    """Quantize a GEMM input the way ``scheme`` does -> (q, scale).
 
-    Triton kernels on CUDA, the plain-torch reference elsewhere (same numerics)."""
+    x [M, K], or batched [E_loc, T_max, K] with ``counts`` [E_loc] (rows past a count are
+    padding: ignored by the per-tensor amax, never read later). Triton kernels on CUDA, the
+    plain-torch reference elsewhere (same numerics)."""
     m = scheme.method
+    kw = {}
     if x.is_cuda:
         from ..kernels import quantize as qk
+        if counts is not None:
+            kw["counts"] = counts
     else:
         from ..reference import quant as qk
+        if counts is not None:   # zero the padding rows: zeros never raise an amax
+            rows = torch.arange(x.shape[1], device=x.device)
+            x = torch.where((rows[None, :] < counts[:, None]).unsqueeze(-1), x, torch.zeros((), dtype=x.dtype))
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
     if m == QuantMethod.FP8_TENSOR:
-        return qk.quant_fp8_tensor(x, static_scale)
-    if m == QuantMethod.FP8_CHANNEL:
-        return qk.quant_fp8_token(x)
-    if m == QuantMethod.FP8_BLOCK:
-        return qk.quant_fp8_group(x, scheme.block_shape[1], scheme.scale_pow2)
-    if m == QuantMethod.INT8_CHANNEL:
-        return qk.quant_int8_token(x)
-    raise AssertionError(f"no native activation quantization for {m.value}")
+        q, s = qk.quant_fp8_tensor(x, static_scale, **kw)
+    elif m == QuantMethod.FP8_CHANNEL:
+        q, s = qk.quant_fp8_token(x, **kw)
+    elif m == QuantMethod.FP8_BLOCK:
+        q, s = qk.quant_fp8_group(x, scheme.block_shape[1], scheme.scale_pow2, **kw)
+    elif m == QuantMethod.INT8_CHANNEL:
+        q, s = qk.quant_int8_token(x, **kw)
+    else:
+        raise AssertionError(f"no native activation quantization for {m.value}")
+    if not x.is_cuda and counts is not None:     # back to the batched shape
+        q = q.view(shape)
+        s = s.view(*shape[:-1], -1) if s.numel() > 1 else s
+    return q, s
 
 
 def _finalize(output, fused_out, prep, wr, on_input):
@@ -95,8 +111,7 @@ class LocalBatched(PrepareFinalize):
         a1b = buf[:-1].view(E_loc, Tm, H)
         scale = None
         if experts.input_quant:
-            q, s = quantize_activation(a1b.view(-1, H), experts.weights.scheme, experts.weights.a13_scale)
-            a1b, scale = q.view(E_loc, Tm, H), s.view(E_loc, Tm, -1) if s.numel() > 1 else s
+            a1b, scale = quantize_activation(a1b, experts.weights.scheme, experts.weights.a13_scale, counts)
         return PrepareResult(a1b, scale, topk_ids, topk_weights, ExpertTokensMetadata(counts),
                              BatchedSlots(slot_of_row[:-1].view(E_loc, Tm)))
 

@@ -1,0 +1,360 @@
+"""The benchmark harness on CPU: roofline arithmetic on hand-computed numbers, inputs, the
+peers' correctness, a run with fake implementations and fake timings, the JSON schema, the
+table and summary, the plot fallback, and the CLI on a tiny shape. No timing asserts."""
+import argparse
+import io
+import json
+import math
+import sys
+
+import pytest
+import torch
+
+from fusedmoe.bench import harness, peers, plot
+from fusedmoe.bench.harness import Ceilings, Impl, Measurement, Timing
+from fusedmoe.config import MoEConfig, QuantScheme
+from fusedmoe.reference.moe import reference_moe
+from fusedmoe.tolerances import rel_error
+
+CEIL = Ceilings("fake", copy_gbps=1000.0, matmul_tflops=100.0, fp8_tflops=None, l2_bytes=1 << 20)
+
+
+# ------------------------------------------------------------------------------------------- arithmetic
+def test_flops_hand_computed():
+    # Mixtral, T=1: GEMM1 2*1*2*4096*28672 + GEMM2 2*1*2*14336*4096 = 6*2*4096*14336
+    assert harness.flops(1, 2, 4096, 14336) == 704_643_072
+    assert harness.flops(3, 1, 10, 5, gated=False) == 2 * 3 * 10 * 5 * 2  # 4*T*k*H*I
+    assert harness.flops(16, 8, 7168, 256) == 6 * 16 * 8 * 7168 * 256
+
+
+@pytest.mark.parametrize("scheme,out,K,want", [
+    ("none", 4, 8, 64),                        # 32 bf16
+    ("fp8_tensor", 4, 8, 32 + 4),              # + one fp32 scale
+    ("fp8_channel", 4, 8, 32 + 16),            # + 4 fp32 scales
+    ("fp8_block", 256, 384, 98_304 + 4 * 2 * 3),   # 2 x 3 blocks of 128x128
+    ("int4_w4a16", 2, 256, 256 + 4 * 2 * 2),       # packed + fp32 scale per 128 group
+    ("int4_w4a16:g128:zp", 2, 256, 256 + 16 + 4),  # + one uint8 zero per group
+    ("int8_w8a16:g64", 2, 128, 256 + 4 * 4),
+    ("nvfp4", 2, 32, 32 + 4 + 4),              # e2m1 + e4m3 per 16 + fp32 global
+    ("mxfp4", 2, 32, 32 + 2),                  # e2m1 + e8m0 per 32
+])
+def test_weight_bytes_hand_computed(scheme, out, K, want):
+    assert harness.weight_bytes(out, K, scheme) == want
+
+
+def test_float32_weights_count_four_bytes():
+    assert harness.weight_bytes(4, 8, "none", "float32") == 128
+
+
+@pytest.mark.parametrize("scheme", ["none", "fp8_tensor", "fp8_block", "int8_channel", "int8_w8a16:g64:zp",
+                                    "int4_w4a16:g32:zp", "nvfp4", "mxfp4"])
+def test_expert_bytes_match_real_quantized_tensors(scheme):
+    c = MoEConfig(4, 2, 256, 128)
+    w = harness.make_weights(c, scheme, "cpu")
+    assert harness.total_weight_bytes(w) == 4 * harness.expert_bytes(256, 128, scheme)
+
+
+def test_moe_bytes_and_roofline():
+    # 3 experts of 100 B + x and out of 2 x 4 bf16 each
+    assert harness.moe_bytes(2, 4, 3, 100) == 300 + 16 + 16
+    # 1e12 FLOP at 100 TFLOP/s = 10 ms; 1e9 B at 1000 GB/s = 1 ms -> compute bound
+    assert harness.roofline_us(1e12, 1e9, 100.0, 1000.0) == pytest.approx(10_000.0)
+    assert harness.roofline_us(1e9, 1e10, 100.0, 1000.0) == pytest.approx(10_000.0)  # memory bound
+    assert harness.pct_of_roofline(200.0, 100.0) == pytest.approx(50.0)
+    assert harness.pct_of_roofline(None, 100.0) is None
+
+
+def test_peak_for_scheme():
+    assert harness.peak_for_scheme("none", CEIL) == (100.0, "16-bit matmul")
+    assert harness.peak_for_scheme("fp8_block", CEIL)[0] == 200.0   # 2x bf16 when fp8 not measured
+    assert harness.peak_for_scheme("int4_w4a16", CEIL)[0] == 100.0
+    c8 = Ceilings("fake", 1.0, 100.0, 150.0, 1)
+    assert harness.peak_for_scheme("fp8_channel", c8)[0] == 150.0
+
+
+# ------------------------------------------------------------------------------------------- inputs
+def test_routing_shapes_and_determinism():
+    w, ids = harness.make_routing(33, 16, 4, generator=torch.Generator().manual_seed(3), device="cpu")
+    w2, ids2 = harness.make_routing(33, 16, 4, generator=torch.Generator().manual_seed(3), device="cpu")
+    assert w.dtype == torch.float32 and ids.dtype == torch.int32 and w.shape == ids.shape == (33, 4)
+    assert torch.equal(ids, ids2) and torch.allclose(w.sum(-1), torch.ones(33))
+    assert all(len(set(r.tolist())) == 4 for r in ids)  # distinct experts per token
+    assert ids.min() >= 0 and ids.max() < 16
+
+
+def test_dirichlet_skew_concentrates_traffic():
+    g = torch.Generator().manual_seed(0)
+    _, u = harness.make_routing(4096, 64, 2, generator=g, device="cpu")
+    _, s = harness.make_routing(4096, 64, 2, generator=g, device="cpu", skew=0.05)
+    share = lambda ids: torch.bincount(ids.flatten().long(), minlength=64).max().item() / ids.numel()  # noqa: E731
+    assert share(s) > 2 * share(u)
+    _, s2 = harness.make_routing(64, 64, 2, generator=torch.Generator().manual_seed(5), device="cpu", skew=0.3)
+    _, s3 = harness.make_routing(64, 64, 2, generator=torch.Generator().manual_seed(5), device="cpu", skew=0.3)
+    assert torch.equal(s2, s3)
+
+
+def test_input_sets_rotate_past_twice_l2():
+    c = MoEConfig(8, 2, 64, 32, dtype="float32")
+    per_set = 4 * 64 * 4 * 2 + 4 * 2 * 16                       # x + out + routing at T=4
+    sets = harness.make_input_sets(c, 4, "cpu", l2_bytes=100 * per_set, min_sets=2, max_sets=1000)
+    assert len(sets.sets) == 201 and sets.cycle_bytes > 2 * 100 * per_set and not sets.note
+    # weights already larger than 2x L2: only the minimum number of sets
+    big = harness.make_input_sets(c, 4, "cpu", l2_bytes=1000, weight_bytes=10_000, min_sets=3)
+    assert len(big.sets) == 3 and not big.note
+    capped = harness.make_input_sets(c, 4, "cpu", l2_bytes=1 << 30, max_sets=4)
+    assert len(capped.sets) == 4 and "L2" in capped.note
+    s = capped.sets[0]
+    assert s.topk_ids64.dtype == torch.int64 and s.args(True)[2] is s.topk_ids64
+    assert s.experts_hit == torch.unique(s.topk_ids).numel()
+
+
+def test_time_impl_on_cpu_reports_eager_only():
+    c = MoEConfig(4, 2, 16, 8, dtype="float32")
+    sets = harness.make_input_sets(c, 3, "cpu", min_sets=2, max_sets=2)
+    calls = []
+    t = harness.time_impl(lambda x, w, i: calls.append(x.shape) or x, sets, reps=4)
+    assert t.us_graph is None and t.us_eager is not None and t.us_eager >= 0 and "CUDA" in t.graph_note
+    assert len(calls) >= 4 and t.best_us == t.us_eager
+
+
+def test_timing_best_us():
+    assert Timing(5.0, 7.0).best_us == 5.0 and Timing(None, 7.0).best_us == 7.0 and Timing(None, None).best_us is None
+
+
+# ------------------------------------------------------------------------------------------- peers
+@pytest.mark.parametrize("config", [
+    MoEConfig(6, 2, 64, 32, dtype="float32"),                                     # silu
+    MoEConfig(5, 3, 48, 40, activation="gelu", dtype="float32"),                  # E not a power of two
+    MoEConfig(4, 2, 32, 16, activation="swigluoai", has_bias=True, dtype="float32"),  # interleaved + bias
+    MoEConfig(4, 1, 32, 16, activation="relu2_no_mul", dtype="float32"),          # not gated
+])
+@pytest.mark.parametrize("name", ["torch_loop", "torch_grouped_mm"])
+def test_torch_peers_match_reference(config, name):
+    if name == "torch_grouped_mm" and peers.grouped_mm_fn() is None:
+        pytest.skip("this torch has no grouped_mm")
+    w = harness.make_weights(config, "none", "cpu", seed=1)
+    impl = next(p for p in peers.build_peers(config, [name]))
+    fn = impl.build(config, w)
+    for T in (1, 7, 40):   # 7 tokens x k over E experts: some experts get none
+        s = harness.make_input_sets(config, T, "cpu", seed=T, min_sets=1, max_sets=1).sets[0]
+        out = fn(*s.args(impl.ids64))
+        ref = reference_moe(s.x, w, s.topk_weights, s.topk_ids, config)
+        assert rel_error(out, ref) < 1e-5
+
+
+def test_peer_registry_reports_reasons():
+    c = MoEConfig(4, 2, 32, 16, activation="swigluoai", has_bias=True)
+    by = {p.name: p for p in peers.build_peers(c, list(peers.PEER_NAMES) + ["nope"])}
+    assert by["nope"].unavailable and "known" in by["nope"].unavailable
+    assert by["torch_loop"].graph_safe is False and by["torch_grouped_mm"].graph_safe is True
+    assert by["hf_eager"].ids64
+    with pytest.raises(peers.PeerUnavailable) as e:
+        by["hf_grouped_mm"].build(c, harness.make_weights(c, "none", "cpu"))
+    assert "transformers" in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------- a run with fakes
+class FakeFn:
+    """An implementation that computes with the reference (times ``scale``) and carries its fake time."""
+
+    def __init__(self, config, w, us, scale=1.0, crash=False):
+        self.config, self.w, self.fake_us, self.scale, self.crash = config, w, us, scale, crash
+
+    def __call__(self, x, tw, ids):
+        if self.crash:
+            raise RuntimeError("kernel exploded")
+        return reference_moe(x, self.w, tw, ids, self.config) * self.scale
+
+
+def fake_impls(config, scheme, platform, weights16):
+    """A correct fast fusedmoe backend (the auto choice), a slow one, a wrong one, a crashing one,
+    an unsupported one, and two peers, with fixed fake times in µs."""
+    def mk(us, **kw):
+        return lambda cfg, w: FakeFn(cfg, w, us, **kw)
+    return [Impl("fast", "fusedmoe", build=mk(100.0)), Impl("slowpoke", "fusedmoe", build=mk(400.0)),
+            Impl("buggy", "fusedmoe", build=mk(1.0, scale=1.5)), Impl("crashy", "fusedmoe", build=mk(1.0, crash=True)),
+            Impl("absent", "fusedmoe", unavailable="[quant] no"),
+            Impl("peer_a", "peer", build=mk(200.0)), Impl("peer_b", "peer", build=mk(300.0))], "fast"
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    """run_bench on a tiny CPU shape with fake implementations and fake timings."""
+    monkeypatch.setattr(harness, "time_impl", lambda fn, sets, **kw: Timing(None, fn.fake_us, "graphs need CUDA"))
+
+    def run(**spec_kw):
+        c = MoEConfig(6, 2, 32, 16, dtype="float32")
+        spec = harness.BenchSpec(shapes=[("tiny", c, 1)], tokens=[1, 8], ceilings=CEIL, platform="cpu",
+                                 device="cpu", **spec_kw)
+        return harness.run_bench(spec, progress=False, impls_fn=fake_impls)
+    return run
+
+
+def test_run_bench_statuses_and_arithmetic(fake_run):
+    rep = fake_run()
+    by = {(r.impl, r.T): r for r in rep.results}
+    assert by[("buggy", 1)].status == "wrong" and by[("buggy", 1)].rel_err > 0.1
+    assert by[("crashy", 8)].status == "failed" and "exploded" in by[("crashy", 8)].reason
+    assert by[("absent", 1)].status == "unsupported" and by[("absent", 1)].reason == "[quant] no"
+    r = by[("fast", 8)]
+    assert r.status == "ok" and r.auto_selected and r.us_eager == 100.0 and r.us_graph is None
+    fl = harness.flops(8, 2, 32, 16)
+    assert r.flops == fl and r.tflops == pytest.approx(fl / 100e-6 / 1e12)
+    assert r.gbps == pytest.approx(r.bytes / 100e-6 / 1e9)
+    assert r.bytes == harness.moe_bytes(8, 32, r.experts_hit, harness.expert_bytes(32, 16, "none", "float32"),
+                                        "float32")
+    roof = harness.roofline_us(fl, r.bytes, CEIL.matmul_tflops, CEIL.copy_gbps)
+    assert r.roofline_us == pytest.approx(roof) and r.pct_roofline == pytest.approx(100 * roof / 100.0)
+    assert r.speedup_vs_best_peer == pytest.approx(2.0)                 # peer_a 200 / fast 100
+    assert by[("slowpoke", 1)].speedup_vs_best_peer == pytest.approx(0.5)
+    assert by[("peer_b", 1)].speedup_vs_best_peer == pytest.approx(200 / 300)
+    assert r.rel_err is not None and r.rel_err < 1e-5
+
+
+def test_summary(fake_run):
+    s = fake_run().summary
+    assert s["per_scheme"]["none"]["geomean_speedup"] == pytest.approx(2.0)
+    assert s["per_scheme"]["none"]["wins"] == 2 and s["per_scheme"]["none"]["points"] == 2
+    p = s["points"][0]
+    assert p["best_fusedmoe"] == "fast" and p["best_peer"] == "peer_a" and p["fusedmoe_ge_peer"] is True
+    assert s["wrong_fusedmoe"] == 2
+    probs = {(p["impl"], p["status"]): p for p in s["problems"]}
+    assert probs[("buggy", "wrong")]["T"] == [1, 8] and ("crashy", "failed") in probs
+
+
+def test_json_schema(fake_run, tmp_path):
+    rep = fake_run()
+    path = tmp_path / "b.json"
+    rep.to_json(str(path))
+    d = json.loads(path.read_text())
+    assert d["schema"] == harness.SCHEMA
+    assert set(d) == {"schema", "meta", "ceilings", "shapes", "results", "summary"}
+    assert d["ceilings"]["copy_gbps"] == 1000.0 and d["shapes"][0]["name"] == "tiny"
+    assert eval(d["shapes"][0]["config"], vars(__import__("fusedmoe.config", fromlist=["*"]))) == \
+        MoEConfig(6, 2, 32, 16, dtype="float32")
+    fields = {f for f in Measurement.__dataclass_fields__}
+    assert all(set(r) == fields for r in d["results"])
+    assert len(d["results"]) == 7 * 2
+    assert {"tokens", "torch", "routing", "peers_note"} <= set(d["meta"])
+
+
+def test_table_and_summary_text(fake_run):
+    rep = fake_run()
+    t = harness.format_table(rep)
+    assert "== tiny  scheme=none ==" in t and "us graph" in t and "%roof" in t
+    assert "fast*" in t and "2.00x" in t and "WRONG" in t and "FAILED" in t
+    assert "not run: absent: [quant] no" in t
+    s = harness.format_summary(rep)
+    assert "geomean 2.00x" in s and "2/2 points" in s and "WRONG: buggy" in s
+
+
+def test_quantized_rows_compare_with_16bit_peers(fake_run):
+    rep = fake_run(schemes=["none", "fp8_channel"])
+    assert {r.scheme for r in rep.results} == {"none", "fp8_channel"}
+    q = [r for r in rep.results if r.scheme == "fp8_channel" and r.impl == "fast" and r.status == "ok"]
+    assert q and all(r.speedup_vs_best_peer == pytest.approx(2.0) for r in q)
+    assert "fp8_channel (vs 16-bit peers)" in harness.format_summary(rep)
+
+
+# ------------------------------------------------------------------------------------------- plot
+def test_plot_without_matplotlib(fake_run, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # import raises ImportError
+    msgs = []
+    assert plot.plot_report(fake_run(), str(tmp_path / "p.png"), warn=msgs.append) is None
+    assert msgs and "matplotlib" in msgs[0] and not (tmp_path / "p.png").exists()
+
+
+def test_plot_with_matplotlib(fake_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = plot.plot_report(fake_run(), str(tmp_path / "p.png"))
+    assert out and (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_plot_series_labels(fake_run):
+    rep = fake_run(schemes=["none", "fp8_channel"])
+    labels = [lab for (_, lab) in plot._series(rep, "tiny", "pct_roofline")]
+    assert "fast [fp8_channel]" in labels and "peer_a" in labels
+
+
+# ------------------------------------------------------------------------------------------- progress
+def test_progress_fallback_writes_lines(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    buf = io.StringIO()
+    p = harness.Progress(2, "bench", stream=buf)
+    p.update(1, "a")
+    p.update(1, "b")
+    p.close()
+    assert "bench: 2/2" in buf.getvalue()
+    quiet = io.StringIO()
+    q = harness.Progress(2, "x", enabled=False, stream=quiet)
+    q.update(2)
+    q.close()
+    assert quiet.getvalue() == ""
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def _args(argv):
+    from fusedmoe.cli import bench as cli
+    ap = argparse.ArgumentParser()
+    cli.add_arguments(ap)
+    return cli, ap.parse_args(argv)
+
+
+def test_cli_parses_shapes_and_schemes():
+    cli, a = _args(["--shape", "8,2,64,32", "--shape", "4,1,32,16,gelu", "--tp", "2", "--quant", "none,fp8_block"])
+    shapes = cli.parse_shapes(a)
+    assert [s[0] for s in shapes] == ["E8k2H64I16", "E4k1H32I8-gelu"]
+    assert shapes[0][1].intermediate_size == 16
+    assert cli._schemes(a, shapes) == ["none", "fp8_block"]
+    cli, a = _args(["--model", "deepseek-v3", "--tp", "8", "--quant", "native"])
+    shapes = cli.parse_shapes(a)
+    assert shapes[0][0] == "deepseek-v3/tp8" and shapes[0][1].intermediate_size == 256
+    assert cli._schemes(a, shapes) == ["fp8_block"]
+
+
+def test_cli_rejects_bad_input():
+    from fusedmoe.errors import ConfigError
+    cli, a = _args([])
+    with pytest.raises(ConfigError):
+        cli.parse_shapes(a)
+    cli, a = _args(["--shape", "8,2,x,32"])
+    with pytest.raises(ConfigError):
+        cli.parse_shapes(a)
+
+
+def test_cli_runs_on_cpu(tmp_path, capsys):
+    cli, a = _args(["--shape", "6,2,32,16", "--tokens", "1,5", "--dtype", "float32", "--device", "cpu",
+                    "--backend", "torch_ref,grouped_mm,no_such_backend", "--peers", "torch_loop,torch_grouped_mm",
+                    "--repeat", "2", "--json", str(tmp_path / "o.json"), "--plot", str(tmp_path / "o.png"),
+                    "--no-progress"])
+    rc = cli.main(a)
+    out = capsys.readouterr()
+    assert rc == 0
+    d = json.loads((tmp_path / "o.json").read_text())
+    got = {(r["impl"], r["status"]) for r in d["results"]}
+    assert ("torch_ref", "ok") in got and ("torch_loop", "ok") in got and ("torch_grouped_mm", "ok") in got
+    assert ("no_such_backend", "unsupported") in got
+    assert all(r["us_graph"] is None for r in d["results"])         # no graphs on CPU
+    assert "summary" in out.out and "E6k2H32I16" in out.out
+    try:
+        import matplotlib  # noqa: F401
+        assert (tmp_path / "o.png").exists()
+    except ImportError:
+        assert "matplotlib is not installed" in out.err
+
+
+def test_cli_json_to_stdout(capsys):
+    cli, a = _args(["--shape", "4,2,16,8", "--tokens", "2", "--dtype", "float32", "--device", "cpu",
+                    "--backend", "torch_ref", "--peers", "none", "--repeat", "1", "--json", "--no-progress"])
+    assert cli.main(a) == 0
+    out = capsys.readouterr()
+    d = json.loads(out.out)
+    assert d["schema"] == harness.SCHEMA and "summary" in out.err
+
+
+def test_run_bench_report_is_finite_json(fake_run):
+    text = fake_run().to_json()
+    d = json.loads(text)
+    for r in d["results"]:
+        for k in ("tflops", "gbps", "pct_roofline"):
+            assert r[k] is None or math.isfinite(r[k])

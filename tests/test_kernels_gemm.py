@@ -1,0 +1,474 @@
+"""Triton align + grouped GEMM kernels against the plain-torch references.
+
+Without CUDA the kernels run under TRITON_INTERPRET=1 on tiny fp16/fp32 shapes (the
+interpreter's tl.dot on bf16 returns garbage, so bf16 is GPU-only). With CUDA the same
+tests run on the GPU, and the ``gpu`` tests add bf16 at real model sizes, fp8/int8 and
+bitwise reproducibility.
+
+Legend: T tokens, E experts, k top-k, H hidden, I intermediate, n = T*k pairs.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+_CUDA = torch.cuda.is_available()
+if not _CUDA:  # must precede the first import of the kernels: @triton.jit reads it then
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from fusedmoe.kernels import align as align_mod  # noqa: E402
+from fusedmoe.kernels.align import align_block_size, max_padded_size  # noqa: E402
+from fusedmoe.kernels.grouped_gemm import (ACTIVATIONS, default_config, gemm1_act, gemm2,  # noqa: E402
+                                           moe_forward_triton)
+from fusedmoe.reference.kernels import (align_ref, gemm1_act_ref, gemm2_ref, moe_naive_loop,  # noqa: E402
+                                        moe_ref)
+
+DEV = "cuda" if _CUDA else "cpu"
+if not _CUDA and type(align_mod._align_small_kernel).__name__ != "InterpretedFunction":
+    pytest.skip("fusedmoe.kernels was imported before TRITON_INTERPRET=1 was set; set it in the "
+                "environment (or conftest) to run the kernels on CPU", allow_module_level=True)
+
+# tolerance on max |kernel - reference| / max |reference|, per dtype of the stored intermediate
+TOL = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
+SMALL = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=32, GROUP_SIZE_M=2, num_warps=4, num_stages=2)
+E, H, I, K_TOP = 5, 64, 48, 2
+
+
+def _routing(T, E_, k, *, seed=0, device=DEV, skew=None):
+    """(topk_weights fp32 [T, k], topk_ids int32 [T, k]); ``skew`` = an expert every token picks."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(T, E_, generator=g)
+    if skew is not None:
+        logits[:, skew] += 100.0
+    w, ids = torch.topk(logits.softmax(-1), k, dim=-1)
+    return w.float().to(device), ids.int().to(device)
+
+
+def _randn(*shape, seed):
+    """Generated on DEV: the GPU tests' weights reach 400M values."""
+    return torch.randn(*shape, generator=torch.Generator(device=DEV).manual_seed(seed), device=DEV)
+
+
+def _weights(E_, H_, I_, dtype, *, gated=True, seed=1, bias=False):
+    N = 2 * I_ if gated else I_
+    w13 = (_randn(E_, N, H_, seed=seed) / H_ ** 0.5).to(dtype)                    # [E, N, H]
+    w2 = (_randn(E_, H_, I_, seed=seed + 1) / I_ ** 0.5).to(dtype)                # [E, H, I]
+    b13 = (_randn(E_, N, seed=seed + 2) * 0.5).to(dtype) if bias else None
+    b2 = (_randn(E_, H_, seed=seed + 3) * 0.5).to(dtype) if bias else None
+    return w13, w2, b13, b2
+
+
+def _x(T, H_, dtype, seed=2):
+    return _randn(T, H_, seed=seed).to(dtype)
+
+
+def _rel(a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
+
+
+def _frob(a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    return (torch.linalg.norm(a - b) / torch.linalg.norm(b).clamp_min(1e-12)).item()
+
+
+# ---------------------------------------------------------------------------------- align
+def _check_align(res, ids, bm, E_, emap=None):
+    srt, eid, total = align_ref(ids, bm, E_, emap)
+    n = ids.numel()
+    assert res.num_tokens_post_padded.item() == total
+    assert res.sorted_ids.numel() >= total and res.sorted_ids.numel() % bm == 0
+    assert torch.equal(res.sorted_ids[:total].cpu(), srt)                      # order, padding, sentinel
+    assert (res.sorted_ids[total:] == n).all()                                # tail is sentinel
+    assert torch.equal(res.expert_ids[: total // bm].cpu(), eid)
+    assert (res.expert_ids[total // bm:] == -1).all()                          # harmless blocks
+
+
+@pytest.mark.parametrize("T,k,E_,bm,skew", [
+    (0, 2, 5, 16, None),      # no tokens: total 0, nothing to write
+    (1, 2, 5, 16, None),      # decode: n < E
+    (7, 2, 5, 16, None),
+    (33, 2, 5, 4, None),      # BM < 16 (align accepts any BM)
+    (33, 2, 5, 16, 3),        # every token picks expert 3: one expert gets T pairs
+    (40, 3, 37, 8, None),     # E not a power of 2, E_BINS = 64
+])
+def test_align_small_path(T, k, E_, bm, skew):
+    _, ids = _routing(T, E_, k, skew=skew)
+    res = align_block_size(ids, bm, E_)
+    _check_align(res, ids, bm, E_)
+    assert res.sorted_ids.numel() == max_padded_size(T * k, bm, E_)
+
+
+@pytest.mark.parametrize("T,k,E_,bm,chunk", [
+    (100, 2, 5, 16, 32),      # 7 chunks, the last one partial
+    (64, 4, 11, 8, 64),       # n = 256: exact multiple of the chunk
+])
+def test_align_chunked_path_matches_small(T, k, E_, bm, chunk):
+    _, ids = _routing(T, E_, k, seed=3)
+    big = align_block_size(ids, bm, E_, small_max=16, chunk=chunk)            # 3 launches
+    small = align_block_size(ids, bm, E_)                                     # 1 launch
+    _check_align(big, ids, bm, E_)
+    assert torch.equal(big.sorted_ids, small.sorted_ids) and torch.equal(big.expert_ids, small.expert_ids)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_align_expert_map_drops_nonlocal(chunked):
+    # 8 global experts, this rank owns 1, 4, 6 as local 0, 1, 2; id 9 is out of range
+    emap = torch.tensor([-1, 0, -1, -1, 1, -1, 2, -1], dtype=torch.int32, device=DEV)
+    _, ids = _routing(30, 8, 2, seed=4)
+    ids[0, 0] = 9
+    res = align_block_size(ids, 16, 3, emap, small_max=16 if chunked else 4096, chunk=16)
+    _check_align(res, ids, 16, 3, emap)
+    kept = ((ids == 1) | (ids == 4) | (ids == 6)).sum().item()
+    assert (res.sorted_ids < ids.numel()).sum().item() == kept               # dropped pairs never appear
+
+
+def test_align_deterministic_and_reuses_out():
+    _, ids = _routing(50, 5, 2, seed=5)
+    a = align_block_size(ids, 16, 5)
+    b = align_block_size(ids, 16, 5, out=align_mod.AlignResult(
+        torch.full((max_padded_size(100, 16, 5) + 32,), 7, dtype=torch.int32, device=DEV),
+        torch.full(((max_padded_size(100, 16, 5) + 32) // 16,), 7, dtype=torch.int32, device=DEV),
+        torch.zeros(1, dtype=torch.int32, device=DEV)))
+    assert torch.equal(a.sorted_ids, b.sorted_ids[: a.max_padded])            # larger buffer: same prefix
+    assert (b.sorted_ids[a.max_padded:] == 100).all() and (b.expert_ids[a.max_blocks:] == -1).all()
+
+
+# ---------------------------------------------------------------------------------- gemm1
+def _run_gemm1(x, w13, ids, act, cfg=SMALL, emap=None, E_=E, **kw):
+    k = ids.shape[1]
+    res = align_block_size(ids, cfg["BLOCK_SIZE_M"], E_, emap)
+    h = gemm1_act(x, w13, res, k, act, config=cfg, **kw)
+    return h, res
+
+
+@pytest.mark.parametrize("act,kw", [
+    ("silu", {}),
+    ("silu", {"swiglu_limit": 0.3}),          # small limit so the clamp bites
+    ("gelu", {}),
+    ("gelu_tanh", {}),
+    ("swigluoai", {"alpha": 1.702, "limit": 0.4}),
+    ("relu2_no_mul", {}),
+    ("silu_no_mul", {}),
+    ("gelu_no_mul", {}),
+])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_gemm1_activations(act, kw, dtype):
+    gated = not act.endswith("_no_mul")
+    w13, _, b13, _ = _weights(E, H, I, dtype, gated=gated, bias=True)
+    x = _x(33, H, dtype)
+    _, ids = _routing(33, E, K_TOP)
+    h, _ = _run_gemm1(x, w13, ids, act, bias=b13, **kw)
+    ref = gemm1_act_ref(x, w13, ids, act, bias=b13, **kw)
+    assert h.shape == (33 * K_TOP, I) and h.dtype == dtype
+    assert _rel(h, ref) < TOL[dtype]
+
+
+def test_gemm1_gate_up_halves_are_not_interchangeable():
+    w13, _, _, _ = _weights(E, H, I, torch.float32)
+    swapped = torch.cat([w13[:, I:], w13[:, :I]], dim=1)                      # up rows first
+    x = _x(7, H, torch.float32)
+    _, ids = _routing(7, E, K_TOP)
+    h, _ = _run_gemm1(x, w13, ids, "silu")
+    h_sw, _ = _run_gemm1(x, swapped, ids, "silu")
+    assert _rel(h_sw, gemm1_act_ref(x, swapped, ids, "silu")) < TOL[torch.float32]
+    assert _rel(h_sw, h) > 0.1
+
+
+@pytest.mark.parametrize("H_,I_,cfg", [
+    (72, 40, SMALL),                                         # H % BK != 0 (K mask), I % BN != 0 (N wrap)
+    (64, 48, dict(SMALL, BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=16, GROUP_SIZE_M=1)),
+])
+def test_gemm1_odd_shapes(H_, I_, cfg):
+    w13, _, _, _ = _weights(E, H_, I_, torch.float32)
+    x = _x(33, H_, torch.float32)
+    _, ids = _routing(33, E, K_TOP)
+    h, _ = _run_gemm1(x, w13, ids, "gelu", cfg=cfg)
+    assert _rel(h, gemm1_act_ref(x, w13, ids, "gelu")) < TOL[torch.float32]
+
+
+# ---------------------------------------------------------------------------------- full MoE
+@pytest.mark.parametrize("T", [1, 7, 33])
+@pytest.mark.parametrize("reduce", ["deterministic", "atomic"])
+def test_moe_forward_fp16(T, reduce):
+    w13, w2, _, _ = _weights(E, H, I, torch.float16)
+    x = _x(T, H, torch.float16)
+    tw, ids = _routing(T, E, K_TOP)
+    out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=SMALL, config2=SMALL, reduce=reduce)
+    ref = moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=torch.float16)
+    assert out.shape == (T, H) and out.dtype == torch.float16
+    assert _rel(out, ref) < TOL[torch.float16]
+    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu")) < 2 * TOL[torch.float16]
+
+
+@pytest.mark.parametrize("reduce,split", [("deterministic", 1), ("deterministic", 3), ("atomic", 2)])
+def test_moe_forward_fp32_bias_split_k(reduce, split):
+    # K = I = 48 with BK 16 and SPLIT_K 3: one K tile per split; bias added by split 0 only
+    w13, w2, b13, b2 = _weights(E, H, I, torch.float32, bias=True)
+    x = _x(33, H, torch.float32)
+    tw, ids = _routing(33, E, K_TOP)
+    cfg2 = dict(SMALL, BLOCK_SIZE_K=16, SPLIT_K=split)
+    out = moe_forward_triton(x, w13, w2, tw, ids, "swigluoai", config1=SMALL, config2=cfg2, reduce=reduce,
+                             w13_bias=b13, w2_bias=b2, limit=0.5)
+    ref = moe_naive_loop(x, w13, w2, tw, ids, "swigluoai", w13_bias=b13, w2_bias=b2, limit=0.5)
+    assert _rel(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("reduce", ["deterministic", "atomic"])
+def test_moe_expert_map_zero_rows(reduce):
+    # 6 global experts, local = {0, 2, 5}; tokens 0..2 route only to non-local experts
+    E_g, k = 6, 2
+    emap = torch.tensor([0, -1, 1, -1, -1, 2], dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(3, H, I, torch.float32, bias=True)
+    x = _x(20, H, torch.float32)
+    tw, ids = _routing(20, E_g, k, seed=6)
+    ids[:3] = torch.tensor([[1, 3], [4, 1], [3, 4]], dtype=torch.int32)
+    out = torch.full((20, H), float("nan"), device=DEV)                         # uninitialized-looking
+    cfg2 = dict(SMALL, SPLIT_K=2)
+    ws_shape = (2, 40, H) if reduce == "deterministic" else None
+    res = align_block_size(ids, 16, 3, emap)
+    h = gemm1_act(x, w13, res, k, "silu", bias=b13, config=SMALL)
+    ws = torch.full(ws_shape, float("nan"), device=DEV) if ws_shape else None
+    gemm2(h, w2, res, tw, out, bias=b2, config=cfg2, reduce=reduce, workspace=ws)
+    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
+    assert torch.isfinite(out).all()
+    assert (out[:3] == 0).all()                                               # every slot dropped -> 0
+    assert _rel(out, ref) < 1e-5
+    full = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=SMALL, config2=cfg2, reduce=reduce,
+                              expert_map=emap, w13_bias=b13, w2_bias=b2)
+    assert _rel(full, ref) < 1e-5
+
+
+def test_moe_one_expert_takes_all_and_empty_experts():
+    w13, w2, _, _ = _weights(E, H, I, torch.float32)
+    x = _x(33, H, torch.float32)
+    tw, ids = _routing(33, E, 1, skew=2)                                      # k=1, all on expert 2
+    out = moe_forward_triton(x, w13, w2, tw, ids, "gelu_tanh", config1=SMALL, config2=SMALL)
+    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "gelu_tanh")) < 1e-5
+
+
+def test_moe_gemm_block_m_divides_align_block_m():
+    # alignment in 32-row blocks, GEMM1 tiles of 32, GEMM2 tiles of 16 (expert_ids[b*16 // 32])
+    w13, w2, _, _ = _weights(E, H, I, torch.float32)
+    x = _x(33, H, torch.float32)
+    tw, ids = _routing(33, E, K_TOP)
+    c1 = dict(SMALL, BLOCK_SIZE_M=32)
+    out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=SMALL)
+    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu")) < 1e-5
+
+
+def test_moe_no_tokens():
+    w13, w2, _, _ = _weights(E, H, I, torch.float16)
+    tw, ids = _routing(0, E, K_TOP)
+    out = moe_forward_triton(_x(0, H, torch.float16), w13, w2, tw, ids)
+    assert out.shape == (0, H)
+
+
+def test_moe_deterministic_reduce_is_bitwise_reproducible():
+    w13, w2, _, _ = _weights(E, H, I, torch.float16)
+    x = _x(33, H, torch.float16)
+    tw, ids = _routing(33, E, K_TOP)
+    cfg2 = dict(SMALL, SPLIT_K=2)
+    a = moe_forward_triton(x, w13, w2, tw, ids, config1=SMALL, config2=cfg2)
+    b = moe_forward_triton(x, w13, w2, tw, ids, config1=SMALL, config2=cfg2)
+    assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------- quantization
+def _int_operands(shape, lo, hi, dtype, seed):
+    return torch.randint(lo, hi, shape, generator=torch.Generator().manual_seed(seed)).to(dtype).to(DEV)
+
+
+def _pow2(shape, seed):
+    """Scales 2^-3..2^0: products with small integers stay exact in fp32."""
+    return (2.0 ** -torch.randint(0, 4, shape, generator=torch.Generator().manual_seed(seed)).float()).to(DEV)
+
+
+QUANT_CASES = [
+    # (quant, operand dtype, a_scale shape fn, b_scale shape fn)
+    ("tensor", torch.int8, lambda M, K: (1,), lambda N, K: (E,)),
+    ("channel", torch.int8, lambda M, K: (M, 1), lambda N, K: (E, N)),
+    ("tensor", torch.float8_e4m3fn, lambda M, K: (1,), lambda N, K: (E,)),
+    ("channel", torch.float8_e4m3fn, lambda M, K: (M, 1), lambda N, K: (E, N)),
+    ("block", torch.float8_e4m3fn, lambda M, K: (M, -(-K // 32)), lambda N, K: (E, -(-N // 16), -(-K // 32))),
+    ("channel", "w8a16", None, lambda N, K: (E, N)),          # int8 weights, fp16 activations
+]
+
+
+@pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{c[1] if isinstance(c[1], str) else str(c[1])[6:]}")
+def test_quant_gemm1_and_gemm2(case):
+    # operands hold small integers (exact in int8 and e4m3) and power-of-two scales, so the
+    # kernel and the dequantizing reference agree to fp32 rounding; block: (bn, bk) = (16, 32)
+    quant, dt, a_shape, b_shape = case
+    T, k = 33, K_TOP
+    w_dt = torch.int8 if dt == "w8a16" else dt
+    x_dt = torch.float16 if dt == "w8a16" else dt
+    block = (16, 32) if quant == "block" else None
+    x = _int_operands((T, H), -4, 5, x_dt, 7)
+    w13 = _int_operands((E, 2 * I, H), -4, 5, w_dt, 8)
+    w2 = _int_operands((E, H, I), -4, 5, w_dt, 9)
+    a1 = _pow2(a_shape(T, H), 10) if a_shape else None
+    b1 = _pow2(b_shape(2 * I, H), 11)
+    tw, ids = _routing(T, E, k)
+    res = align_block_size(ids, 16, E)
+    h = torch.empty(T * k, I, device=DEV)                                       # fp32 out
+    gemm1_act(x, w13, res, k, "silu", h, config=SMALL, quant=quant,
+              a_scale=a1, b_scale=b1, block_shape=block)
+    ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1, block=block)
+    assert _rel(h, ref1) < 1e-5
+    # GEMM2 on an integer-valued quantized h
+    hq = _int_operands((T * k, I), -4, 5, x_dt, 12)
+    a2 = _pow2(a_shape(T * k, I), 13) if a_shape else None
+    b2 = _pow2(b_shape(H, I), 14)
+    out = torch.empty(T, H, device=DEV)
+    gemm2(hq, w2, res, tw, out, config=dict(SMALL, BLOCK_SIZE_K=16), quant=quant, a_scale=a2, b_scale=b2,
+          block_shape=block)
+    ref2 = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=a2, b_scale=b2, block=block)
+    assert _rel(out, ref2) < 1e-5
+
+
+# ---------------------------------------------------------------------------------- configs
+def test_default_config_regimes():
+    dec1 = default_config(1, 8, 2 * 14336, 4096, 2, torch.bfloat16, gemm="gemm1")   # Mixtral decode
+    dec2 = default_config(1, 8, 2 * 14336, 4096, 2, torch.bfloat16, gemm="gemm2")
+    pre1 = default_config(8192, 8, 2 * 14336, 4096, 2, torch.bfloat16, gemm="gemm1")
+    pre2 = default_config(8192, 8, 2 * 14336, 4096, 2, torch.bfloat16, gemm="gemm2")
+    assert dec1["BLOCK_SIZE_M"] == dec2["BLOCK_SIZE_M"] == 16 and dec2["SPLIT_K"] > 1
+    assert 2 * (14336 // dec1["BLOCK_SIZE_N"]) >= 264                           # >= 2 programs per SM
+    assert pre1["BLOCK_SIZE_M"] == pre2["BLOCK_SIZE_M"] >= 64 and pre2["SPLIT_K"] == 1
+    for T in (1, 4, 64, 512, 4096):
+        c1 = default_config(T, 128, 1536, 2048, 8, torch.bfloat16, gemm="gemm1")
+        c2 = default_config(T, 128, 1536, 2048, 8, torch.bfloat16, gemm="gemm2")
+        assert c1["BLOCK_SIZE_M"] == c2["BLOCK_SIZE_M"]
+        assert set(c1) == {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
+                           "num_stages", "SPLIT_K"}
+    assert set(ACTIVATIONS) == {"silu", "gelu", "gelu_tanh", "swigluoai", "relu2_no_mul", "silu_no_mul",
+                                "gelu_no_mul"}
+
+
+# ---------------------------------------------------------------------------------- GPU
+GPU_SHAPES = [(8, 4096, 1024, 2), (128, 2048, 768, 8), (60, 1024, 512, 4)]   # last: E not a multiple of 8
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU (bf16 tl.dot is wrong under the interpreter)")
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "E{}-H{}-I{}-k{}".format(*s))
+@pytest.mark.parametrize("T", [1, 17, 256, 4096])
+def test_gpu_bf16_real_sizes(shape, T):
+    E_, H_, I_, k = shape
+    w13, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16)
+    x = _x(T, H_, torch.bfloat16)
+    tw, ids = _routing(T, E_, k)
+    ref = moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=torch.bfloat16)
+    for reduce in ("deterministic", "atomic"):
+        out = moe_forward_triton(x, w13, w2, tw, ids, "silu", reduce=reduce)
+        assert _frob(out, ref) < 1e-2, reduce
+    a = moe_forward_triton(x, w13, w2, tw, ids, "silu")
+    assert torch.equal(a, moe_forward_triton(x, w13, w2, tw, ids, "silu"))     # bitwise reproducible
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("T", [3, 5000])
+def test_gpu_align_large(T):
+    # T=5000, k=8: n = 40000 > SMALL_MAX, the 3-launch path; with an expert map
+    emap = torch.full((256,), -1, dtype=torch.int32, device=DEV)
+    emap[64:128] = torch.arange(64, dtype=torch.int32, device=DEV)
+    _, ids = _routing(T, 256, 8, seed=21)
+    for bm in (16, 64, 128):
+        _check_align(align_block_size(ids, bm, 64, emap), ids, bm, 64, emap)
+        _check_align(align_block_size(ids, bm, 256), ids, bm, 256)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("act", ["gelu", "swigluoai", "relu2_no_mul"])
+def test_gpu_bf16_activations_bias_map(act):
+    E_g, E_l, H_, I_, k, T = 16, 8, 1024, 512, 4, 300
+    emap = torch.full((E_g,), -1, dtype=torch.int32, device=DEV)
+    emap[::2] = torch.arange(E_l, dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(E_l, H_, I_, torch.bfloat16, gated=not act.endswith("_no_mul"), bias=True)
+    x = _x(T, H_, torch.bfloat16)
+    tw, ids = _routing(T, E_g, k)
+    ref = moe_ref(x, w13, w2, tw, ids, act, expert_map=emap, w13_bias=b13, w2_bias=b2, round_h_to=torch.bfloat16)
+    out = moe_forward_triton(x, w13, w2, tw, ids, act, expert_map=emap, w13_bias=b13, w2_bias=b2)
+    assert _frob(out, ref) < 1e-2
+
+
+def _quantize(w, dtype, mode, block=(128, 128)):
+    """(q, scale) for weights [E, out, K] or activations [M, K] (a leading E-less 2-D tensor)."""
+    qmax = 448.0 if dtype == torch.float8_e4m3fn else 127.0
+    wf = w.float()
+    if mode == "tensor":
+        amax = wf.abs().amax(dim=tuple(range(1, wf.dim()))) if wf.dim() == 3 else wf.abs().amax().reshape(1)
+        s = amax.clamp_min(1e-8) / qmax
+        sv = s.view(-1, *([1] * (wf.dim() - 1))) if wf.dim() == 3 else s
+    elif mode == "channel":
+        s = wf.abs().amax(dim=-1).clamp_min(1e-8) / qmax                     # [E, out] or [M]
+        sv = s[..., None]
+        if wf.dim() == 2:
+            s = s[:, None]                                                     # [M, 1]
+    else:
+        bn, bk = block
+        if wf.dim() == 2:
+            M, K = wf.shape
+            g = wf.view(M, K // bk, bk)
+            s = g.abs().amax(-1).clamp_min(1e-8) / qmax                        # [M, K/bk]
+            sv = s.repeat_interleave(bk, 1)
+        else:
+            E_, N, K = wf.shape
+            g = wf.view(E_, N // bn, bn, K // bk, bk)
+            s = g.abs().amax(dim=(2, 4)).clamp_min(1e-8) / qmax                # [E, N/bn, K/bk]
+            sv = s.repeat_interleave(bn, 1).repeat_interleave(bk, 2)
+    q = (wf / sv)
+    q = q.round().clamp(-qmax, qmax).to(dtype) if dtype == torch.int8 else q.clamp(-qmax, qmax).to(dtype)
+    return q, s.float().contiguous()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU with fp8 (sm89+) tensor cores")
+@pytest.mark.parametrize("quant,dtype", [("tensor", torch.float8_e4m3fn), ("channel", torch.float8_e4m3fn),
+                                         ("block", torch.float8_e4m3fn), ("channel", torch.int8),
+                                         ("tensor", torch.int8)])
+@pytest.mark.parametrize("T", [1, 17, 512])
+def test_gpu_quantized_gemms(quant, dtype, T):
+    if dtype == torch.float8_e4m3fn and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 tensor cores need sm89+")
+    E_, H_, I_, k = 8, 1024, 512, 2
+    w13, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16)
+    x = _x(T, H_, torch.bfloat16)
+    tw, ids = _routing(T, E_, k)
+    q13, s13 = _quantize(w13, dtype, quant)
+    qx, sx = _quantize(x, dtype, quant)
+    block = (128, 128) if quant == "block" else None
+    cfg = default_config(T, E_, 2 * I_, H_, k, dtype, gemm="gemm1")
+    if quant == "block":
+        cfg = dict(cfg, BLOCK_SIZE_K=min(cfg["BLOCK_SIZE_K"], 128))
+    res = align_block_size(ids, cfg["BLOCK_SIZE_M"], E_)
+    h = gemm1_act(qx, q13, res, k, "silu", config=cfg, quant=quant, a_scale=sx, b_scale=s13, block_shape=block)
+    ref1 = gemm1_act_ref(qx, q13, ids, "silu", quant=quant, a_scale=sx, b_scale=s13, block=block)
+    assert h.dtype == torch.bfloat16 and _frob(h, ref1) < 1e-2
+    hq, sh = _quantize(ref1.to(torch.bfloat16), dtype, quant)
+    q2, s2 = _quantize(w2, dtype, quant)
+    cfg2 = dict(default_config(T, E_, 2 * I_, H_, k, dtype, gemm="gemm2"), BLOCK_SIZE_M=cfg["BLOCK_SIZE_M"])
+    if quant == "block":
+        cfg2 = dict(cfg2, BLOCK_SIZE_K=min(cfg2["BLOCK_SIZE_K"], 128))
+    out = gemm2(hq, q2, res, tw, config=cfg2, quant=quant, a_scale=sh, b_scale=s2, block_shape=block)
+    ref2 = gemm2_ref(hq, q2, ids, tw, quant=quant, a_scale=sh, b_scale=s2, block=block)
+    assert out.dtype == torch.bfloat16 and _frob(out, ref2) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
+def test_gpu_weight_only_int8():
+    E_, H_, I_, k, T = 8, 1024, 512, 2, 64
+    w13, _, _, _ = _weights(E_, H_, I_, torch.bfloat16)
+    q13, s13 = _quantize(w13, torch.int8, "channel")
+    x = _x(T, H_, torch.bfloat16)
+    _, ids = _routing(T, E_, k)
+    cfg = default_config(T, E_, 2 * I_, H_, k, torch.bfloat16)
+    res = align_block_size(ids, cfg["BLOCK_SIZE_M"], E_)
+    h = gemm1_act(x, q13, res, k, "silu", config=cfg, quant="channel", b_scale=s13)
+    assert _frob(h, gemm1_act_ref(x, q13, ids, "silu", quant="channel", b_scale=s13)) < 1e-2

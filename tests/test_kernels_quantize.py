@@ -1,0 +1,293 @@
+"""fusedmoe.kernels.quantize against fusedmoe.reference.quant (bit-exact where rounding is).
+
+Without a GPU the kernels run under TRITON_INTERPRET=1 on CPU tensors (tiny shapes); with
+one, every test runs compiled on CUDA tensors and the ``gpu`` tests add larger shapes.
+Legend: T rows, K columns, g group size, I = GEMM1 output columns / 2 (gated).
+"""
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is imported
+
+from fusedmoe.config import GateUpLayout  # noqa: E402
+from fusedmoe.kernels import quantize as kq  # noqa: E402
+from fusedmoe.reference import quant as ref  # noqa: E402
+from fusedmoe.reference.activations import apply_activation  # noqa: E402
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cpu" if INTERPRET else "cuda"
+requires_gpu = pytest.mark.skipif(INTERPRET or not torch.cuda.is_available(),
+                                  reason="needs a CUDA GPU running compiled Triton")
+
+
+# ----------------------------------------------------------------------------- helpers
+def assert_same(a: torch.Tensor, b: torch.Tensor):
+    """Bitwise equal, except that any NaN equals any NaN (the sign of a NaN is not specified)."""
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+    fa, fb = a.float().cpu(), b.float().cpu()
+    nan_a, nan_b = fa.isnan(), fb.isnan()
+    assert torch.equal(nan_a, nan_b), f"NaN positions differ: {int((nan_a ^ nan_b).sum())}"
+    if a.dtype == torch.float8_e4m3fn:
+        ua, ub = a.view(torch.uint8).cpu()[~nan_a], b.view(torch.uint8).cpu()[~nan_b]
+        bad = ua != ub
+        assert not bad.any(), f"{int(bad.sum())} bytes differ, e.g. {fa[~nan_a][bad][:5]} vs {fb[~nan_b][bad][:5]}"
+    else:
+        bad = fa[~nan_a] != fb[~nan_b]
+        assert not bad.any(), f"{int(bad.sum())} values differ, e.g. {fa[~nan_a][bad][:5]} vs {fb[~nan_b][bad][:5]}"
+
+
+def fp8_ordinal(q: torch.Tensor) -> torch.Tensor:
+    """Signed position of each fp8 code on the number line: neighbours differ by 1."""
+    u = q.view(torch.uint8).cpu().to(torch.int32)
+    return torch.where(u >= 128, -(u - 128), u)
+
+
+def assert_within_one_step(a: torch.Tensor, b: torch.Tensor, max_frac: float = 0.02):
+    """a, b quantized (fp8 or int8) from values that differ by ~1 fp32 ulp: at most one code apart,
+    and only rarely apart at all."""
+    if a.dtype == torch.float8_e4m3fn:
+        da, db = fp8_ordinal(a), fp8_ordinal(b)
+    else:
+        da, db = a.cpu().to(torch.int32), b.cpu().to(torch.int32)
+    diff = (da - db).abs()
+    assert int(diff.max()) <= 1, int(diff.max())
+    assert float((diff > 0).float().mean()) <= max_frac
+
+
+def rand_rows(T, K, dtype=torch.float32, seed=0):
+    """Rows with very different magnitudes (per-row scales matter) in ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, K, generator=g) * torch.exp(torch.randn(T, 1, generator=g) * 2)
+    return x.to(dtype).to(DEVICE)
+
+
+QUANTIZERS = [  # (name, positional args after x)
+    ("quant_fp8_token", ()),
+    ("quant_int8_token", ()),
+    ("quant_fp8_tensor", ()),
+    ("quant_fp8_group", (128,)),
+    ("quant_fp8_group", (128, True)),   # pow2 scales
+    ("quant_fp8_group", (64,)),
+]
+
+
+# ----------------------------------------------------------------------------- quantizers
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+@pytest.mark.parametrize("T", [1, 7, 64])
+@pytest.mark.parametrize("K", [200, 256])   # 200: a partial last group (128 + 72)
+def test_matches_reference_bitwise(name, args, T, K):
+    x = rand_rows(T, K, seed=T * 1000 + K)
+    q, s = getattr(kq, name)(x, *args)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name,args", QUANTIZERS[:4])
+def test_16bit_inputs(name, args, dtype):
+    x = rand_rows(7, 200, dtype)
+    q, s = getattr(kq, name)(x, *args)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+
+
+def test_fp8_rounding_ties_subnormals_saturation():
+    # a static scale of 1 makes x / scale == x: every e4m3 midpoint (ties to even), values
+    # past 448 (saturate), the subnormal range (multiples of 2**-9), Inf and NaN
+    codes = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()   # 0 .. 448
+    mids = (codes[1:] + codes[:-1]) / 2
+    tiny = torch.tensor([2.0 ** -10, 3 * 2.0 ** -10, 2.0 ** -11, 1e-30, 0.0, 2.0 ** -7 * 1.0625])
+    special = torch.tensor([449.0, 464.0, 465.0, 480.0, 1e6, float("inf"), float("nan")])
+    v = torch.cat([codes, mids, mids + 1e-4 * mids, mids - 1e-4 * mids, tiny, special])
+    x = torch.cat([v, -v]).reshape(2, -1).to(DEVICE)
+    one = torch.ones(1, device=DEVICE)
+    q, s = kq.quant_fp8_tensor(x, one)
+    q_ref, _ = ref.quant_fp8_tensor(x.cpu(), one.cpu())
+    assert_same(q, q_ref)
+    assert s.item() == 1.0
+
+
+def test_static_scale_float_and_tensor():
+    x = rand_rows(7, 200)
+    for scale in (0.05, torch.tensor([0.05], device=DEVICE)):
+        q, s = kq.quant_fp8_tensor(x, scale)
+        q_ref, s_ref = ref.quant_fp8_tensor(x.cpu(), 0.05)
+        assert_same(q, q_ref)
+        assert_same(s, s_ref)
+
+
+def test_int8_round_half_to_even():
+    # amax 127 -> scale exactly 1, so x / scale hits every .5 tie
+    x = torch.cat([torch.arange(-126, 127) + 0.5, torch.tensor([127.0, -127.0, 0.49999997, -2.5])])
+    x = x.reshape(1, -1).to(DEVICE)
+    q, s = kq.quant_int8_token(x)
+    q_ref, s_ref = ref.quant_int8_token(x.cpu())
+    assert s.item() == 1.0
+    assert_same(q, q_ref)
+
+
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+def test_nan_and_inf_rows(name, args):
+    # row 1 holds a NaN, row 4 an Inf: their scales (all of them for per-tensor) are NaN, so
+    # the dequantized rows are NaN; every other row is untouched
+    x = rand_rows(6, 200)
+    x[1, 17] = float("nan")
+    x[4, 150] = float("inf")
+    q, s = getattr(kq, name)(x, *args)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+    if name == "quant_fp8_tensor":
+        assert s.isnan().all()
+    else:
+        assert s[1].isnan().any() and s[4].isnan().any()
+        assert not s[[0, 2, 3, 5]].isnan().any()
+
+
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+def test_zero_rows(name, args):
+    x = rand_rows(3, 200)
+    x[1] = 0.0
+    q, s = getattr(kq, name)(x, *args)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+    assert (q[1].float() == 0).all()
+
+
+def test_pow2_scales_are_powers_of_two():
+    _, s = kq.quant_fp8_group(rand_rows(7, 200), 128, pow2=True)
+    m, _ = torch.frexp(s.cpu())
+    assert (m == 0.5).all()
+
+
+def test_preallocated_outputs_and_leading_dims():
+    x = rand_rows(12, 200).reshape(3, 4, 200)
+    q = torch.empty(3, 4, 200, dtype=torch.float8_e4m3fn, device=DEVICE)
+    s = torch.empty(3, 4, 2, device=DEVICE)
+    q2, s2 = kq.quant_fp8_group(x, 128, out=q, out_scale=s)
+    assert q2 is q and s2 is s
+    q_ref, s_ref = ref.quant_fp8_group(x.cpu(), 128)
+    assert_same(q, q_ref)
+    assert_same(s, s_ref)
+
+
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+def test_batched_counts_skip_padding(name, args):
+    # x [E, T_max, K]; padding rows hold NaN: they must not reach the valid rows' outputs nor
+    # the per-tensor amax, and their outputs stay unwritten
+    E, T_max, K = 3, 5, 200
+    counts = torch.tensor([0, 5, 2], dtype=torch.int32, device=DEVICE)
+    x = rand_rows(E * T_max, K).reshape(E, T_max, K)
+    valid = torch.arange(T_max, device=DEVICE)[None, :] < counts[:, None]        # [E, T_max]
+    x[~valid] = float("nan")
+    q, s = getattr(kq, name)(x, *args, counts=counts)
+    q_ref, s_ref = getattr(ref, name)(x[valid].cpu(), *args)
+    if name == "quant_fp8_tensor":
+        assert_same(s, s_ref)
+    else:
+        assert_same(s[valid], s_ref)
+    assert_same(q[valid], q_ref)
+
+
+def test_empty_input():
+    x = torch.empty(0, 64, device=DEVICE)
+    for name, args in QUANTIZERS:
+        q, s = getattr(kq, name)(x, *args)
+        assert q.shape == (0, 64)
+
+
+# ----------------------------------------------------------------------------- act_and_quant
+ACT_CASES = [  # (activation, swiglu_limit)
+    ("silu", None), ("silu", 3.0), ("gelu", None), ("gelu_tanh", None), ("swigluoai", None),
+    ("relu2_no_mul", None), ("silu_no_mul", None), ("gelu_no_mul", None),
+]
+
+
+def _act_ref(h, activation, swiglu_limit):
+    return apply_activation(h.cpu(), activation, swiglu_limit=swiglu_limit, layout=GateUpLayout.HALVES)
+
+
+@pytest.mark.parametrize("activation,swiglu_limit", ACT_CASES)
+@pytest.mark.parametrize("mode", ["token", "group", "tensor_static"])
+def test_act_and_quant(activation, swiglu_limit, mode):
+    # I = 100: a partial group of 64 (64 + 36). The kernel's fp32 activation may differ from
+    # torch's by an ulp, so codes may differ by one step and scales by an ulp.
+    M, I = 7, 100
+    gated = not activation.endswith("_no_mul")
+    h = rand_rows(M, 2 * I if gated else I, torch.float16, seed=3) * 2      # |g| > 7: clamps engage
+    a = _act_ref(h, activation, swiglu_limit)                               # [M, I] fp32
+    if mode == "token":
+        q, s = kq.act_and_quant(h, activation, "token", swiglu_limit=swiglu_limit)
+        q_ref, s_ref = ref.quant_fp8_token(a)
+    elif mode == "group":
+        q, s = kq.act_and_quant(h, activation, "group", 64, swiglu_limit=swiglu_limit)
+        q_ref, s_ref = ref.quant_fp8_group(a, 64)
+    else:
+        static = torch.tensor([0.02], device=DEVICE)
+        q, s = kq.act_and_quant(h, activation, "tensor_static", scale=static, swiglu_limit=swiglu_limit)
+        q_ref, s_ref = ref.quant_fp8_tensor(a, static.cpu())
+    assert q.shape == (M, I) and s.shape == s_ref.shape
+    torch.testing.assert_close(s.cpu(), s_ref, rtol=1e-6, atol=0)
+    assert_within_one_step(q, q_ref)
+
+
+def test_act_and_quant_int8_token_and_pow2_group():
+    h = rand_rows(7, 2 * 96, torch.float16, seed=5)
+    a = _act_ref(h, "silu", None)
+    q, s = kq.act_and_quant(h, "silu", "token", quant_dtype=torch.int8)
+    q_ref, s_ref = ref.quant_int8_token(a)
+    torch.testing.assert_close(s.cpu(), s_ref, rtol=1e-6, atol=0)
+    assert_within_one_step(q, q_ref)
+    q, s = kq.act_and_quant(h, "silu", "group", 32, pow2=True)
+    q_ref, s_ref = ref.quant_fp8_group(a, 32, pow2=True)
+    assert_same(s, s_ref)    # pow2 scales only differ if an amax crossed a power of two
+    assert_within_one_step(q, q_ref)
+
+
+def test_act_and_quant_nan_row_and_counts():
+    E, T_max, I = 2, 4, 64
+    h = rand_rows(E * T_max, 2 * I, torch.float16, seed=9).reshape(E, T_max, 2 * I)
+    counts = torch.tensor([3, 1], dtype=torch.int32, device=DEVICE)
+    h[0, 3] = float("nan")          # padding: must not matter
+    h[1, 1:] = float("nan")         # padding
+    h[0, 1, 5] = float("nan")       # a real NaN in a valid row: its scale is NaN
+    q, s = kq.act_and_quant(h, "silu", "token", counts=counts)
+    assert s[0, 1].isnan().all() and not s[0, [0, 2]].isnan().any() and not s[1, 0].isnan().any()
+    assert q[0, 1].float().isnan().all()
+    a = _act_ref(h[0, [0, 2]], "silu", None)
+    q_ref, s_ref = ref.quant_fp8_token(a)
+    torch.testing.assert_close(s[0, [0, 2]].cpu(), s_ref, rtol=1e-6, atol=0)
+
+
+# ----------------------------------------------------------------------------- GPU only
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("T,K", [(1, 7168), (333, 4096), (4096, 2048), (77, 5000)])
+def test_gpu_large_bitwise(name, args, dtype, T, K):
+    x = rand_rows(T, K, dtype, seed=T + K)
+    x[T // 2, K // 3] = float("nan")
+    q, s = getattr(kq, name)(x, *args)
+    q_ref, s_ref = getattr(ref, name)(x, *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("activation,swiglu_limit", ACT_CASES[:5])
+def test_gpu_act_and_quant_large(activation, swiglu_limit):
+    h = rand_rows(257, 2 * 2880, torch.bfloat16, seed=1)
+    a = _act_ref(h, activation, swiglu_limit).cuda()
+    for mode in ("token", "group"):
+        q, s = kq.act_and_quant(h, activation, mode, 128, swiglu_limit=swiglu_limit)
+        q_ref, s_ref = (ref.quant_fp8_token(a) if mode == "token" else ref.quant_fp8_group(a, 128))
+        torch.testing.assert_close(s, s_ref, rtol=1e-5, atol=0)
+        assert_within_one_step(q, q_ref)

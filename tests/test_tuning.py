@@ -1,0 +1,385 @@
+"""Launch-config lookup (files, nearest T, defaults, override) and the tuner's search logic.
+
+No GPU needed: the tuner's search is driven with a fake cost model; ``tune`` itself is GPU-only.
+"""
+import json
+import logging
+import os
+
+import pytest
+
+from fusedmoe import tuning
+from fusedmoe.config import MoEConfig, QuantScheme
+from fusedmoe.errors import ConfigError
+from fusedmoe.platform import Platform
+from fusedmoe.tuning import LaunchConfigs, config_file_name, override
+
+H100 = Platform.preset("h100")
+DEV = H100.device_name  # NVIDIA_H100_80GB_HBM3
+
+
+def cfg(bm, bn=64, bk=64, **kw):
+    return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, **kw}
+
+
+def full(bm, bn=64, bk=64, gm=1, w=4, st=3, sk=1):
+    return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": gm,
+            "num_warps": w, "num_stages": st, "SPLIT_K": sk}
+
+
+def fake_default(T, E, N, H, top_k, dtype):
+    fake_default.calls.append(T)
+    return cfg(16 if T <= 16 else 64, 32, 128)
+
+
+fake_default.calls = []
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Empty user and package config folders, fresh warn-once state, a fixed Triton version."""
+    user, pkg = tmp_path / "user", tmp_path / "pkg"
+    user.mkdir()
+    pkg.mkdir()
+    monkeypatch.setenv("FUSEDMOE_CONFIG_DIR", str(user))
+    monkeypatch.setattr(tuning, "package_config_dir", lambda: str(pkg))
+    monkeypatch.setattr(tuning, "_WARNED", set())
+    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.6.0")
+    fake_default.calls = []
+    return user, pkg
+
+
+def write(folder, name, data):
+    path = os.path.join(str(folder), name)
+    with open(path, "w") as f:
+        json.dump(data, f)
+    return path
+
+
+def table(*Ts, version="3.6.0"):
+    d = {"triton_version": version}
+    for T in Ts:
+        d[str(T)] = {"gemm1": cfg(T % 128 or 16), "gemm2": cfg(16, 128)}
+    return d
+
+
+def load(**kw):
+    args = dict(E=8, N=14336, H=4096, top_k=2, scheme="none", dtype="bfloat16")
+    args.update(kw)
+    return LaunchConfigs.load(H100, args["E"], args["N"], args["H"], args["top_k"], args["scheme"], args["dtype"],
+                              default_fn=fake_default)
+
+
+# ------------------------------------------------------------------------------------------- names
+def test_file_name_format():
+    assert config_file_name(8, 14336, DEV, "none", "bfloat16") == \
+        "E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3,dtype=bfloat16.json"
+    assert config_file_name(256, 256, "NVIDIA_H200", "fp8_block", "bfloat16") == \
+        "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_block,block_shape=[128,128].json"
+    assert config_file_name(64, 1024, DEV, QuantScheme("int4_w4a16", group_size=64), "float16") == \
+        f"E=64,N=1024,device_name={DEV},dtype=int4_w4a16.json"
+    assert config_file_name(8, 64, DEV, "none", "float16").endswith("dtype=float16.json")
+
+
+def test_h200_family_shares_one_name():
+    assert Platform("cuda", "NVIDIA H200 NVL", (9, 0)).device_name == "NVIDIA_H200"
+
+
+# ------------------------------------------------------------------------------------------- nearest T
+@pytest.mark.parametrize("T,want", [
+    (1, 1), (0, 1),          # below the smallest key
+    (8, 1),                  # |8-1| = 7 < |8-16| = 8
+    (9, 16),                 # 8 > 7
+    (40, 64),                # |40-16| = 24 == |40-64| = 24: tie goes to the larger key
+    (39, 16),
+    (64, 64), (10_000, 64),  # above the largest key
+])
+def test_nearest_key_ties_go_up(T, want):
+    assert tuning._nearest_key([1, 16, 64], T) == want
+
+
+def test_get_uses_nearest_key(isolated):
+    user, _ = isolated
+    write(user, config_file_name(8, 14336, DEV), table(1, 16, 64))
+    lc = load()
+    assert lc.is_tuned and lc.source.startswith("tuned:")
+    assert lc.get(40)[0]["BLOCK_SIZE_M"] == 64
+    assert lc.get(3)[0]["BLOCK_SIZE_M"] == 1
+    g1, g2 = lc.get(16)
+    assert g1["BLOCK_SIZE_M"] == 16 and g2["BLOCK_SIZE_N"] == 128
+    assert g1["num_stages"] == 3 and g1["GROUP_SIZE_M"] == 1 and g1["SPLIT_K"] == 1  # filled defaults
+    assert fake_default.calls == []
+
+
+# ------------------------------------------------------------------------------------------- search order
+def test_config_dir_overrides_package(isolated):
+    user, pkg = isolated
+    name = config_file_name(8, 14336, DEV)
+    write(pkg, name, {"triton_version": "3.6.0", "1": cfg(32)})
+    assert load().get(1)[0]["BLOCK_SIZE_M"] == 32  # only the package has it
+    write(user, name, {"triton_version": "3.6.0", "1": cfg(128)})
+    lc = load()
+    assert lc.get(1)[0]["BLOCK_SIZE_M"] == 128
+    assert lc.source == "tuned:" + os.path.join(str(user), name)
+
+
+def test_search_dirs_without_env(isolated, monkeypatch):
+    _, pkg = isolated
+    monkeypatch.delenv("FUSEDMOE_CONFIG_DIR")
+    assert tuning.search_dirs() == [str(pkg)]
+
+
+def test_flat_vllm_style_entry_serves_both_gemms(isolated):
+    user, _ = isolated
+    write(user, config_file_name(8, 14336, DEV), {"16": cfg(16, 128, 64, num_warps=8)})
+    g1, g2 = load().get(16)
+    assert g1 == g2 and g1["num_warps"] == 8
+
+
+# ------------------------------------------------------------------------------------------- defaults
+def test_default_fallback_warns_once_naming_the_file(isolated, caplog):
+    user, pkg = isolated
+    caplog.set_level(logging.WARNING, logger="fusedmoe.tuning")
+    lc = load()
+    lc2 = load()
+    assert lc.source == "default" and not lc.is_tuned and lc2.source == "default"
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    msg = warnings[0].getMessage()
+    assert config_file_name(8, 14336, DEV) in msg
+    assert str(user) in msg and str(pkg) in msg
+    # another key warns again, once
+    load(E=16)
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+def test_no_warning_on_cpu(isolated, caplog):
+    caplog.set_level(logging.WARNING, logger="fusedmoe.tuning")
+    lc = LaunchConfigs.load("cpu", 8, 64, 128, 2, default_fn=fake_default)
+    assert lc.source == "default"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_default_lookup_is_per_T_and_cached():
+    lc = load()
+    assert lc.get(1)[0]["BLOCK_SIZE_M"] == 16
+    assert lc.get(1000)[0]["BLOCK_SIZE_M"] == 64
+    lc.get(1)
+    lc.get(1000)
+    assert fake_default.calls == [1, 1000]  # one call per distinct T, then cached
+
+
+def test_default_may_give_separate_gemm_configs(isolated):
+    lc = LaunchConfigs.load(H100, 8, 64, 128, 2,
+                            default_fn=lambda *a: {"gemm1": cfg(16), "gemm2": cfg(32)})
+    g1, g2 = lc.get(5)
+    assert (g1["BLOCK_SIZE_M"], g2["BLOCK_SIZE_M"]) == (16, 32)
+
+
+# ------------------------------------------------------------------------------------------- Triton version
+def test_triton_version_mismatch_is_noted_not_refused(isolated):
+    user, _ = isolated
+    write(user, config_file_name(8, 14336, DEV), table(1, 16, version="3.1.0"))
+    lc = load()
+    assert lc.is_tuned and lc.triton_version == "3.1.0"
+    assert any("3.1.0" in n and "3.6.0" in n for n in lc.notes)
+    assert "3.1.0" in lc.describe()
+
+
+def test_same_major_minor_has_no_note(isolated):
+    user, _ = isolated
+    write(user, config_file_name(8, 14336, DEV), table(1, version="3.6.1"))
+    assert load().notes == ()
+
+
+# ------------------------------------------------------------------------------------------- bad files
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"triton_version": "3.6.0"}),
+                                     json.dumps({"1": {"BLOCK_SIZE_M": 16}}),
+                                     json.dumps({"1": {"gemm1": cfg(16)}}),
+                                     json.dumps({"1": cfg(0)})])
+def test_broken_file_fails_loudly_naming_it(isolated, content):
+    user, _ = isolated
+    name = config_file_name(8, 14336, DEV)
+    with open(os.path.join(str(user), name), "w") as f:
+        f.write(content)
+    with pytest.raises(ConfigError) as e:
+        load()
+    assert "E=8,N=14336" in str(e.value)
+
+
+def test_normalize_fills_and_keeps_extra_keys():
+    c = tuning.normalize_launch_config(cfg(16, USE_TMA=1))
+    assert c["USE_TMA"] == 1 and c["num_warps"] == 4 and c["num_stages"] == 3
+    with pytest.raises(ConfigError):
+        tuning.normalize_launch_config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": True})
+
+
+# ------------------------------------------------------------------------------------------- override
+def test_override_context(isolated):
+    user, _ = isolated
+    write(user, config_file_name(8, 14336, DEV), table(16))
+    lc = load()
+    a, b = full(128, 256), full(64, 32)
+    with override((a, b)):
+        assert lc.get(1) == (a, b) and lc.get(9999) == (a, b)
+        with override({1: {"gemm1": full(16), "gemm2": full(16)}, 512: cfg(32)}):  # nested table
+            assert lc.get(2)[0]["BLOCK_SIZE_M"] == 16
+            assert lc.get(400)[1]["BLOCK_SIZE_M"] == 32
+        assert lc.get(1) == (a, b)
+    assert lc.get(1)[0]["BLOCK_SIZE_M"] == 16  # back to the file
+
+
+def test_override_accepts_launchconfigs_and_callables():
+    other = LaunchConfigs.from_table({1: cfg(16), 100: cfg(128)})
+    lc = load()
+    with override(other):
+        assert lc.get(90)[0]["BLOCK_SIZE_M"] == 128
+    with override(lambda T: (full(T), full(T))):
+        assert lc.get(32)[0]["BLOCK_SIZE_M"] == 32
+
+
+def test_override_restored_after_exception():
+    lc = load()
+    with pytest.raises(RuntimeError):
+        with override(cfg(128)):
+            raise RuntimeError("boom")
+    assert lc.get(1)[0]["BLOCK_SIZE_M"] == 16
+
+
+def test_for_config_uses_local_experts_and_I(isolated):
+    user, _ = isolated
+    c = MoEConfig(8, 2, 4096, 14336)
+    write(user, config_file_name(8, 14336, DEV), table(1))
+    assert LaunchConfigs.for_config(c, platform=H100).is_tuned
+
+
+# ------------------------------------------------------------------------------------------- search space
+def test_candidates_decode_never_use_big_blocks():
+    # T=1, E=256, k=8 (DeepSeek decode): 8 hit experts with 1 token each
+    for stage_cands in [tuning.candidate_configs(1, 256, 8, 512, 7168)]:
+        assert stage_cands and all(c["BLOCK_SIZE_M"] == 16 for c in stage_cands)
+    big = tuning.candidate_configs(16384, 8, 2, 28672, 4096)
+    assert {c["BLOCK_SIZE_M"] for c in big} == {64, 128}
+
+
+def test_candidates_fit_the_matrix_and_shared_memory():
+    cands = tuning.candidate_configs(4096, 64, 8, 48, 40)  # tiny N and K
+    assert cands
+    for c in cands:
+        assert c["BLOCK_SIZE_N"] <= 64 and c["BLOCK_SIZE_K"] <= 64
+    tiles = tuning.candidate_configs(4096, 8, 2, 4096, 4096, stage="tiles")
+    pipe = tuning.candidate_configs(4096, 8, 2, 4096, 4096, stage="pipeline", tiles=tiles)
+    for c in pipe:
+        smem = c["num_stages"] * (c["BLOCK_SIZE_M"] + c["BLOCK_SIZE_N"]) * c["BLOCK_SIZE_K"] * 2
+        assert smem <= tuning.SMEM_LIMIT
+
+
+def test_candidates_scheme_constraints_and_group_stage():
+    fp8 = tuning.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_block")
+    assert fp8 and all(128 % c["BLOCK_SIZE_K"] == 0 for c in fp8)  # block scales per K tile
+    int4 = tuning.candidate_configs(64, 8, 2, 512, 4096, scheme="int4_w4a16:g64")
+    assert all(64 % c["BLOCK_SIZE_K"] == 0 for c in int4)
+    # one M block per expert: GROUP_SIZE_M cannot matter
+    assert tuning.candidate_configs(1, 8, 2, 512, 512, stage="group", tiles=[full(16)]) == []
+    assert len(tuning.candidate_configs(8192, 8, 2, 512, 512, stage="group", tiles=[full(64)])) == 4
+
+
+def test_gemm2_block_m_divides_gemm1_and_split_only_in_decode():
+    c = tuning.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", bm_divides=64)
+    assert c and all(64 % x["BLOCK_SIZE_M"] == 0 for x in c)
+    t = [full(16, 64, 128)]
+    split = tuning.candidate_configs(1, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=t)
+    assert sorted(x["SPLIT_K"] for x in split) == [1, 2, 4, 8, 16]
+    assert tuning.candidate_configs(1, 8, 2, 4096, 14336, gemm="gemm1", stage="split", tiles=t) == []
+    assert tuning.candidate_configs(8192, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=t) == []
+    # K too short to split 16 ways into >= 2 K tiles each
+    assert max(x["SPLIT_K"] for x in tuning.candidate_configs(1, 8, 2, 64, 1024, gemm="gemm2", stage="split",
+                                                               tiles=t)) == 4
+
+
+def test_gated_gemm1_counts_both_weight_tiles_in_shared_memory():
+    # BM 64, BN 128, BK 128 in bf16: 80 KiB per stage with gate + up tiles, 48 KiB for one tile
+    t = [full(64, 128, 128)]
+    g1 = tuning.candidate_configs(4096, 8, 2, 4096, 4096, gemm="gemm1", stage="pipeline", tiles=t)
+    g2 = tuning.candidate_configs(4096, 8, 2, 4096, 4096, gemm="gemm2", stage="pipeline", tiles=t)
+    assert {c["num_stages"] for c in g1} == {2} and {c["num_stages"] for c in g2} == {2, 3, 4}
+
+
+def test_search_space_argument_replaces_values():
+    c = tuning.candidate_configs(256, 8, 2, 1024, 1024, space={"BLOCK_SIZE_M": [32], "BLOCK_SIZE_N": [128],
+                                                                 "BLOCK_SIZE_K": [64]})
+    assert [(x["BLOCK_SIZE_M"], x["BLOCK_SIZE_N"], x["BLOCK_SIZE_K"]) for x in c] == [(32, 128, 64)]
+
+
+def test_default_space_stays_small():
+    # budget: ~7 token counts x 2 GEMMs must stay in a few hundred timings (< 5 min on an H100)
+    total = 0
+    for T in tuning.DEFAULT_TUNE_TOKENS:
+        for n_out, k_in in ((2 * 768, 2048), (2048, 768)):
+            tiles = tuning.candidate_configs(T, 128, 8, n_out, k_in)
+            pipe = tuning.candidate_configs(T, 128, 8, n_out, k_in, stage="pipeline", tiles=tiles[:2])
+            grp = tuning.candidate_configs(T, 128, 8, n_out, k_in, stage="group", tiles=tiles[:1])
+            total += len(tiles) + len(pipe) + len(grp)
+    assert total < 600
+
+
+# ------------------------------------------------------------------------------------------- the search
+def _cost(pair):
+    """Fake µs: gemm1 likes BN=128, BK=128, 2 stages; gemm2 likes BN=64, few stages, SPLIT_K 4;
+    BK=256 can't launch."""
+    c1, c2 = pair
+    if c1["BLOCK_SIZE_K"] == 256:
+        raise RuntimeError("out of resource: shared memory")
+    return (abs(c1["BLOCK_SIZE_N"] - 128) + abs(c1["BLOCK_SIZE_K"] - 128) + (0 if c1["num_stages"] == 2 else 5)
+            + abs(c2["BLOCK_SIZE_N"] - 64) + c2["num_stages"] + abs(c2["SPLIT_K"] - 4) + 100)
+
+
+def test_search_point_finds_the_fake_optimum():
+    steps = []
+    pt = tuning.search_point(1, E=8, top_k=2, H=1024, N13=2048, I=1024, default_pair=(full(16), full(16)),
+                             measure=_cost, check=lambda pair: (True, 1e-3), on_step=steps.append)
+    assert (pt.gemm1["BLOCK_SIZE_N"], pt.gemm1["BLOCK_SIZE_K"], pt.gemm1["num_stages"]) == (128, 128, 2)
+    assert pt.gemm1["BLOCK_SIZE_M"] == 16 and pt.gemm1["SPLIT_K"] == 1  # T=1: one token per expert
+    assert pt.gemm2["BLOCK_SIZE_N"] == 64 and pt.gemm2["num_stages"] == 2 and pt.gemm2["SPLIT_K"] == 4
+    assert pt.rel_err == 1e-3 and 0 < pt.timed <= len(steps)
+    assert any("out of resource" in f for f in pt.failures)  # reported, not fatal
+
+
+def test_search_point_skips_a_wrong_winner():
+    def check(pair):
+        wrong = pair[0]["BLOCK_SIZE_N"] == 128 and pair[0]["BLOCK_SIZE_K"] == 128 and pair[0]["num_stages"] == 2
+        return (not wrong), (0.5 if wrong else 1e-3)
+    pt = tuning.search_point(1, E=8, top_k=2, H=1024, N13=2048, I=1024, default_pair=(full(16), full(16)),
+                             measure=_cost, check=check)
+    assert not (pt.gemm1["BLOCK_SIZE_N"] == 128 and pt.gemm1["BLOCK_SIZE_K"] == 128 and pt.gemm1["num_stages"] == 2)
+    assert any("wrong result" in f for f in pt.failures)
+
+
+def test_search_point_all_wrong_raises():
+    with pytest.raises(ConfigError, match="no correct config"):
+        tuning.search_point(1, E=8, top_k=2, H=256, N13=512, I=256, default_pair=(full(16), full(16)),
+                            measure=_cost, check=lambda p: (False, 1.0))
+
+
+def test_search_point_nothing_launches_raises():
+    def never(pair):
+        raise RuntimeError("no")
+    with pytest.raises(ConfigError, match="no config"):
+        tuning.search_point(1, E=8, top_k=2, H=256, N13=512, I=256, default_pair=(full(16), full(16)),
+                            measure=never, check=lambda p: (True, 0.0))
+
+
+def test_written_file_round_trips_and_merges(isolated):
+    user, _ = isolated
+    path = os.path.join(str(user), config_file_name(8, 14336, DEV))
+    tuning.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}}, {"points": {}})
+    tuning.write_config_file(path, {256: {"gemm1": full(64), "gemm2": full(64)}}, {"points": {}})
+    data = json.load(open(path))
+    assert data["triton_version"] == "3.6.0" and set(data) == {"triton_version", "16", "256", "meta"}
+    lc = load()
+    assert lc.get(20)[1]["BLOCK_SIZE_M"] == 32 and lc.get(200)[0]["BLOCK_SIZE_M"] == 64
+
+
+def test_tune_refuses_cpu():
+    with pytest.raises(ConfigError, match="CUDA"):
+        tuning.tune(MoEConfig(8, 2, 64, 32), "none", [1], platform="cpu")
