@@ -209,6 +209,8 @@ class QuantScheme:
         elif gs is not None:
             raise ConfigError("group_size", gs, [None], f"{m.value} takes no group_size")
         if m == QuantMethod.FP8_BLOCK:
+            if self.block_shape is not None and not isinstance(self.block_shape, (tuple, list)):
+                raise ConfigError("block_shape", self.block_shape, "a pair of positive ints (bn, bk)", "use (128, 128)")
             bs = tuple(self.block_shape) if self.block_shape is not None else (128, 128)
             if len(bs) != 2 or any((not isinstance(b, int)) or b < 1 for b in bs):
                 raise ConfigError("block_shape", self.block_shape, "a pair of positive ints (bn, bk)", "use (128, 128)")
@@ -244,8 +246,13 @@ class QuantScheme:
                 kw["static_activation_scale"] = True
             elif p == "pow2":
                 kw["scale_pow2"] = True
+            elif p.startswith("b") and "x" in p and p[1:].replace("x", "").isdigit():
+                bn, bk = p[1:].split("x")
+                kw["block_shape"] = (int(bn), int(bk))
             else:
-                raise ConfigError("quant", spec, "NAME[:gN][:zp][:static][:pow2]", "e.g. 'int4_w4a16:g64:zp'")
+                raise ConfigError("quant", spec, "NAME[:gN][:zp][:static][:pow2][:bNxK]", "e.g. 'int4_w4a16:g64:zp'")
+        if parts[0] not in {m.value for m in QuantMethod}:
+            raise ConfigError("quant", spec, [m.value for m in QuantMethod], "e.g. --quant fp8_block")
         return cls(parts[0], **kw)
 
     @property
@@ -254,6 +261,8 @@ class QuantScheme:
         s = self.method.value
         if self.method in (QuantMethod.INT4_W4A16,) or (self.method == QuantMethod.INT8_W8A16 and self.group_size):
             s += f":g{self.group_size}"
+        if self.method == QuantMethod.FP8_BLOCK and self.block_shape != (128, 128):
+            s += f":b{self.block_shape[0]}x{self.block_shape[1]}"
         if self.has_zero_point:
             s += ":zp"
         if self.static_activation_scale:
@@ -355,7 +364,8 @@ class MoEConfig:
             if act != Activation.SILU:
                 raise ConfigError("swiglu_limit", self.swiglu_limit, [None],
                                   f"swiglu_limit clamps silu only (activation={act.value}); for swigluoai use swigluoai_limit")
-            if not self.swiglu_limit > 0:
+            if isinstance(self.swiglu_limit, bool) or not isinstance(self.swiglu_limit, (int, float)) \
+                    or not self.swiglu_limit > 0:
                 raise ConfigError("swiglu_limit", self.swiglu_limit, "a float > 0 or None", "e.g. 7.0")
             _frozen_set(self, "swiglu_limit", float(self.swiglu_limit))
         for name in ("swigluoai_alpha", "swigluoai_limit"):

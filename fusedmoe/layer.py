@@ -73,6 +73,9 @@ def check_inputs(config: MoEConfig, x: torch.Tensor, topk_weights: torch.Tensor,
         if lo < 0 or hi >= config.num_experts:
             raise InputError("topk_ids", f"values in [{lo}, {hi}]", f"[0, {config.num_experts})",
                              "topk ids are global expert indices")
+        if k > 1 and bool((topk_ids.sort(dim=1).values.diff(dim=1) == 0).any()):
+            raise InputError("topk_ids", "a token listing one expert twice", "k distinct experts per token",
+                             "top-k routing never repeats an expert; deduplicate the ids")
 
 
 @dataclass
@@ -92,9 +95,9 @@ class PreparedExperts:
 
     def run(self, x, topk_weights, topk_ids):
         """Without the input checks (the custom op calls this after checking)."""
-        if topk_weights.dtype != torch.float32:
-            topk_weights = topk_weights.float()
-        return self.kernel(x, topk_weights, topk_ids, self.expert_map)
+        # kernels index with plain row-major strides: make views contiguous (free when they are)
+        topk_weights = topk_weights.float().contiguous()
+        return self.kernel(x.contiguous(), topk_weights, topk_ids.contiguous(), self.expert_map)
 
 
 def prepare_experts(config: MoEConfig, weights: ExpertWeights, backend: str = "auto", *, platform=None,
@@ -143,6 +146,28 @@ def _(x, topk_weights, topk_ids, handle):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("fusedmoe::no_backward", mutates_args=())
+def _no_backward(grad: torch.Tensor) -> torch.Tensor:
+    raise NotImplementedError("fusedmoe kernels are inference-only: no backward pass is implemented. "
+                              "Run under torch.no_grad() / torch.inference_mode(), or use a training MoE")
+
+
+@_no_backward.register_fake
+def _(grad):
+    return torch.empty_like(grad)
+
+
+def _experts_backward(ctx, grad):
+    # Traceable (the fake returns a tensor) so torch.compile with grad enabled works; running
+    # a real backward raises instead of silently dropping the gradient.
+    return _no_backward(grad), None, None, None
+
+
+# Registered so that tracing with grad enabled (torch.compile with default modules) works;
+# only an actual backward call fails, with a clear message.
+_experts_op.register_autograd(_experts_backward)
+
+
 # ------------------------------------------------------------------------------ functional
 _CACHE: dict = {}
 
@@ -166,16 +191,18 @@ def fused_experts(x: torch.Tensor, weights, topk_weights: torch.Tensor, topk_ids
     """
     ew = _as_weights(weights, w2)
     if config is None:
-        E, N, H = ew.w13.shape
-        I = ew.w2.shape[2] * (2 if ew.scheme.method.weight_bits == 4 else 1)
+        E, N = ew.w13.shape[:2]
+        H, I = ew.logical_k("w13"), ew.logical_k("w2")
         config = MoEConfig(E, topk_ids.shape[1] if topk_ids.dim() == 2 else 1, H, I,
                            activation=activation, dtype=x.dtype)
-    key = (id(ew.w13), id(ew.w2), config, backend, deterministic)
+    tensors = ew.tensors()
+    key = (tuple((n, id(t)) for n, t in tensors.items()), ew.scheme, config, backend, deterministic)
     hit = _CACHE.get(key)
-    if hit is None or hit[0] is not ew.w13:          # id() may be reused after a free
+    # id() may be reused after a free: keep the tensors and compare identities
+    if hit is None or any(hit[0].get(n) is not t for n, t in tensors.items()):
         if len(_CACHE) >= 16:
             _CACHE.pop(next(iter(_CACHE)))
-        hit = _CACHE[key] = (ew.w13, prepare_experts(config, ew, backend, deterministic=deterministic))
+        hit = _CACHE[key] = (tensors, prepare_experts(config, ew, backend, deterministic=deterministic))
     return hit[1](x, topk_weights, topk_ids)
 
 
@@ -206,6 +233,11 @@ class FusedMoE(nn.Module):
         self.prepared = prepare_experts(config, weights, backend, platform=platform, deterministic=deterministic,
                                         fmt=fmt, max_num_tokens=max_num_tokens)
         self.register_buffer("correction_bias", correction_bias, persistent=False)
+        self._handle = _register(self.prepared)
+
+    def __setstate__(self, state):
+        # a copy (deepcopy / pickle) owns its own PreparedExperts: give it its own op handle
+        super().__setstate__(state)
         self._handle = _register(self.prepared)
 
     @classmethod

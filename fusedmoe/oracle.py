@@ -142,6 +142,7 @@ def select_backend(config: MoEConfig, quant=None, platform=None, requested: Opti
     """
     quant = QuantScheme.parse(quant)
     platform = Platform.resolve(platform)
+    fmt = ActivationFormat(fmt)
     specs = registered()
     source = "argument"
     if requested in (None, "auto"):
@@ -151,6 +152,7 @@ def select_backend(config: MoEConfig, quant=None, platform=None, requested: Opti
         raise ConfigError("backend" if source == "argument" else "FUSEDMOE_BACKEND", requested,
                           ["auto", *specs], "run `fusedmoe backends` to list them", problem="is not a registered backend")
     disabled = env.disabled_backends()
+    unknown = sorted(disabled - set(specs))
     order = priority_order(quant, platform)
     kw = dict(fmt=fmt, deterministic=deterministic, max_tokens=max_tokens)
     candidates = []
@@ -180,6 +182,9 @@ def select_backend(config: MoEConfig, quant=None, platform=None, requested: Opti
     sel = Selection(winner, source, requested, config, quant, platform, candidates, deterministic=deterministic)
     if spec.variants is not None:
         sel.variants = spec.variants(config, quant, platform)
+    if unknown:
+        sel.notes.append(f"FUSEDMOE_DISABLE_BACKENDS names unknown backends {unknown} (typo?); "
+                         f"registered: {sorted(specs)}")
     if not spec.native or (winner == "torch_ref" and platform.kind == "cuda"):
         sel.notes.append(f"'{winner}' is a correctness path for {quant.name} here, not a fast one")
     if log_once:

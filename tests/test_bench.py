@@ -273,7 +273,7 @@ def test_plot_with_matplotlib(fake_run, tmp_path):
 def test_plot_series_labels(fake_run):
     rep = fake_run(schemes=["none", "fp8_channel"])
     labels = [lab for (_, lab) in plot._series(rep, "tiny", "pct_roofline")]
-    assert "fast [fp8_channel]" in labels and "peer_a" in labels
+    assert "fusedmoe:fast [fp8_channel]" in labels and "peer_a" in labels
 
 
 # ------------------------------------------------------------------------------------------- progress

@@ -259,6 +259,17 @@ def test_moe_gemm_block_m_divides_align_block_m():
     assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu")) < 1e-5
 
 
+@pytest.mark.parametrize("H_,I_", [(64, 48), (72, 40)])    # 72, 40: K tails the TMA box zero-fills
+def test_moe_tma_weight_descriptors(H_, I_):
+    w13, w2, b13, b2 = _weights(E, H_, I_, torch.float32, bias=True)
+    x = _x(33, H_, torch.float32)
+    tw, ids = _routing(33, E, K_TOP)
+    cfg = dict(SMALL, USE_TMA=True)
+    out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=cfg, config2=dict(cfg, SPLIT_K=2),
+                             w13_bias=b13, w2_bias=b2)
+    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu", w13_bias=b13, w2_bias=b2)) < 1e-5
+
+
 def test_moe_no_tokens():
     w13, w2, _, _ = _weights(E, H, I, torch.float16)
     tw, ids = _routing(0, E, K_TOP)
@@ -297,6 +308,7 @@ QUANT_CASES = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")   # silu of large negative integers
 @pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{c[1] if isinstance(c[1], str) else str(c[1])[6:]}")
 def test_quant_gemm1_and_gemm2(case):
     # operands hold small integers (exact in int8 and e4m3) and power-of-two scales, so the

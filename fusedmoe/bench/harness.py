@@ -534,8 +534,8 @@ def _json_default(o):
 # progress
 # ==============================================================================================
 class Progress:
-    """A progress bar on stderr: tqdm when importable, else a plain line per step (rewritten in
-    place on a terminal). ``total`` may grow (``add_total``)."""
+    """Progress on stderr: a tqdm bar on a terminal (when tqdm is importable; else one line
+    rewritten in place), a plain line at most every 5 s otherwise. ``total`` may grow."""
 
     def __init__(self, total: Optional[int] = None, desc: str = "", enabled: bool = True, stream=None):
         self.enabled, self.desc, self.total, self.n = enabled, desc, total or 0, 0
@@ -543,7 +543,8 @@ class Progress:
         self._bar = None
         self._t0 = time.perf_counter()
         self._last = 0.0
-        if enabled:
+        # tqdm on a terminal; in a log file its redraws would be noise: plain lines every 5 s there
+        if enabled and getattr(self.stream, "isatty", lambda: False)():
             try:
                 from tqdm import tqdm  # noqa: PLC0415 (optional)
                 self._bar = tqdm(total=self.total or None, desc=desc, file=self.stream, dynamic_ncols=True)

@@ -22,7 +22,7 @@ def _series(report, shape: str, metric: str) -> dict:
         v = getattr(r, metric)
         if v is None:
             continue
-        label = r.impl if r.kind == "peer" or len(schemes) <= 1 else f"{r.impl} [{r.scheme}]"
+        label = r.impl if r.kind == "peer" else "fusedmoe:" + r.impl + (f" [{r.scheme}]" if len(schemes) > 1 else "")
         out.setdefault((r.kind != "fusedmoe", label), []).append((r.T, v))
     return {k: sorted(v) for k, v in sorted(out.items())}
 
@@ -53,6 +53,10 @@ def plot_report(report, path: str, metric: str = "pct_roofline", *, warn=print) 
             ax.plot(xs, ys, marker="o" if not is_peer else "x", linestyle="-" if not is_peer else "--",
                     linewidth=2 if not is_peer else 1.2, label=label)
         ax.set_xscale("log", base=2)
+        ts = sorted({r.T for r in report.results if r.shape == shape})
+        if ts:
+            ax.set_xticks(ts)
+            ax.set_xticklabels([str(t) for t in ts], fontsize=8)
         if metric == "us_best":
             ax.set_yscale("log")
         ax.set_title(shape)
@@ -63,7 +67,8 @@ def plot_report(report, path: str, metric: str = "pct_roofline", *, warn=print) 
     for j in range(len(shapes), rows * cols):
         axes[j // cols][j % cols].axis("off")
     c = report.ceilings
-    fig.suptitle(f"fusedmoe bench on {c.device} (roofline: {c.copy_gbps:.0f} GB/s, {c.matmul_tflops:.0f} TFLOP/s measured)")
+    fig.suptitle(f"fusedmoe bench, {c.device}\nroofline from measured {c.copy_gbps:.0f} GB/s and "
+                 f"{c.matmul_tflops:.0f} TFLOP/s (16-bit)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

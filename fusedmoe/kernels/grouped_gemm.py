@@ -41,6 +41,11 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # host-side TMA descriptors: triton >= 3.4 (3.6 and 3.9 both have them)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover
+    TensorDescriptor = None
+
 from .align import AlignResult, align_block_size, max_padded_size
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
@@ -88,18 +93,21 @@ def _activation(g, u, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, limit, alpha):
 
 
 @triton.jit
-def _dot(a, b, acc, FP32_IEEE: tl.constexpr):
+def _dot(a, b, acc, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr):
     if FP32_IEEE:   # fp32 operands: exact fp32 products, not TF32's 10-bit mantissa
-        return tl.dot(a, b, acc, input_precision="ieee")
+        r = tl.dot(a, b, acc, input_precision="ieee")
+    elif INT_ACC:   # triton 3.6 wants out_dtype to match an int32 accumulator
+        r = tl.dot(a, b, acc, out_dtype=tl.int32)
     else:
-        return tl.dot(a, b, acc)
+        r = tl.dot(a, b, acc)
+    return r
 
 
-@triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_per_split"])
+@triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
 def _moe_gemm_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
+    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
     sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
-    N_OUT, K, num_pairs, num_m_blocks, k_per_split,
+    N_OUT, K, num_pairs, num_m_blocks, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
     stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
@@ -108,7 +116,8 @@ def _moe_gemm_kernel(
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-    EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr,
+    EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
+    USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr,
 ):
@@ -137,25 +146,41 @@ def _moe_gemm_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_bn = offs_n % N_OUT          # wrapped columns: B loads need no N mask, stores do
     offs_k = tl.arange(0, BLOCK_K)
-    k_lo = pid_k * k_per_split
-    num_k = tl.cdiv(tl.minimum(K - k_lo, k_per_split), BLOCK_K)
+    # split pid_k owns K tiles [pid_k * k_tiles, (pid_k + 1) * k_tiles); k_lo written as a
+    # multiple of the constexpr BLOCK_K so the compiler can prove 16-byte alignment
+    # (k_lo from an unspecialized int made every load a scalar 2-byte load: 5x slower)
+    k_lo = pid_k * k_tiles * BLOCK_K
+    num_k = tl.minimum(tl.cdiv(K - k_lo, BLOCK_K), k_tiles)
 
     a_ptrs = a_ptr + a_rows[:, None] * stride_am + (k_lo + offs_k)[None, :] * stride_ak         # [BM, BK]
     b_ptrs = b_ptr + e * stride_be + offs_bn[None, :] * stride_bn + (k_lo + offs_k)[:, None] * stride_bk  # [BK, BN]
     up = N_OUT * stride_bn                            # up rows follow the gate rows (halves)
-    BLOCK_SCALED: tl.constexpr = (A_SCALE == 3) or (B_SCALE == 3)
-    INT_ACC: tl.constexpr = (a_ptr.dtype.element_ty == tl.int8) and (not BLOCK_SCALED)
-    acc_ty: tl.constexpr = tl.int32 if INT_ACC else tl.float32
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=acc_ty)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=acc_ty)
+    if INT_ACC:                                       # int8 x int8 without block scales
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if A_SCALE == 3:
         as_ptrs = a_scale_ptr + a_rows * stride_asm                             # [BM]
     if B_SCALE == 3:
         bs_ptrs = b_scale_ptr + e * stride_bse + (offs_bn // GROUP_N) * stride_bsn             # [BN]
         bs_up_ptrs = b_scale_ptr + e * stride_bse + ((offs_bn + N_OUT) // GROUP_N) * stride_bsn
 
+    # TMA: B tiles [BN, BK] of w viewed as [E*N, K]; rows past this expert's N belong to the
+    # next expert (or are zero-filled at the end) and only feed masked output columns
+    b_row = (e * (N_OUT * (2 if GATED else 1)) + pid_n * BLOCK_N).to(tl.int32)
     for it in range(0, num_k):
-        if EVEN_K:
+        if USE_TMA:
+            k_at = k_lo + it * BLOCK_K
+            if EVEN_K:
+                a = tl.load(a_ptrs)
+            else:
+                a = tl.load(a_ptrs, mask=((k_at + offs_k) < K)[None, :], other=0)
+            b = tl.trans(b_desc.load([b_row, k_at]))                              # [BK, BN]
+            if GATED:
+                b_u = tl.trans(b_desc.load([b_row + N_OUT, k_at]))
+        elif EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
             if GATED:
@@ -166,11 +191,11 @@ def _moe_gemm_kernel(
             b = tl.load(b_ptrs, mask=k_ok[:, None], other=0)
             if GATED:
                 b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0)
-        if b.dtype != a.dtype:                        # weight-only: 8-bit B, 16-bit A
+        if CAST_B:                                    # weight-only: 8-bit B, 16-bit A
             b = b.to(a.dtype)
             if GATED:
                 b_u = b_u.to(a.dtype)
-        if BLOCK_SCALED:
+        if A_SCALE == 3 or B_SCALE == 3:
             kg = (k_lo + it * BLOCK_K) // GROUP_K
             if A_SCALE == 3:
                 sa = tl.load(as_ptrs + kg * stride_ask)[:, None]
@@ -180,15 +205,15 @@ def _moe_gemm_kernel(
                 sb = tl.load(bs_ptrs + kg * stride_bsk)[None, :]
             else:
                 sb = 1.0
-            acc += _dot(a, b, None, FP32_IEEE).to(tl.float32) * (sa * sb)
+            acc += _dot(a, b, None, FP32_IEEE, False).to(tl.float32) * (sa * sb)
             if GATED:
                 if B_SCALE == 3:
                     sb = tl.load(bs_up_ptrs + kg * stride_bsk)[None, :]
-                acc_u += _dot(a, b_u, None, FP32_IEEE).to(tl.float32) * (sa * sb)
+                acc_u += _dot(a, b_u, None, FP32_IEEE, False).to(tl.float32) * (sa * sb)
         else:
-            acc = _dot(a, b, acc, FP32_IEEE)
+            acc = _dot(a, b, acc, FP32_IEEE, INT_ACC)
             if GATED:
-                acc_u = _dot(a, b_u, acc_u, FP32_IEEE)
+                acc_u = _dot(a, b_u, acc_u, FP32_IEEE, INT_ACC)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
@@ -291,6 +316,12 @@ def _scale_args(quant: str, a_scale, b_scale, block_shape, a, b):
     return a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk
 
 
+def _tma_ok(b: torch.Tensor) -> bool:
+    """A TMA descriptor needs a contiguous K, 16-byte aligned rows and base, and E*N < 2^31."""
+    return (b.is_contiguous() and (b.shape[2] * b.element_size()) % 16 == 0 and b.data_ptr() % 16 == 0
+            and b.shape[0] * b.shape[1] < 2 ** 31)
+
+
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
             quant="none", a_scale=None, b_scale=None, block_shape=None):
@@ -299,13 +330,16 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     num_m_blocks = align.max_padded // BM
     if num_m_blocks == 0 or n_out == 0:
         return
-    k_per_split = triton.cdiv(triton.cdiv(K, BK), split) * BK
+    k_tiles = triton.cdiv(triton.cdiv(K, BK), split)                        # K tiles per split
     a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b)
     grid = (num_m_blocks * triton.cdiv(n_out, BN), split)
+    b_desc = None
+    if config.get("USE_TMA", False) and TensorDescriptor is not None and _tma_ok(b):
+        b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
     _moe_gemm_kernel[grid](
-        a, b, c, bias if bias is not None else a, sa, sb, topk_weights if topk_weights is not None else a,
+        a, b, b_desc, c, bias if bias is not None else a, sa, sb, topk_weights if topk_weights is not None else a,
         align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
-        n_out, K, align.num_pairs, num_m_blocks, k_per_split,
+        n_out, K, align.num_pairs, num_m_blocks, k_tiles,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2),
         stride_cs, c.stride(0), c.stride(1),
         bias.stride(0) if bias is not None else 0, bias.stride(1) if bias is not None else 0,
@@ -316,6 +350,8 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         MUL_W=topk_weights is not None, ATOMIC=atomic,
         A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn, GROUP_K=gk,
         EVEN_K=K % BK == 0, FP32_IEEE=a.dtype == torch.float32,
+        INT_ACC=a.dtype == torch.int8 and b.dtype == torch.int8 and 3 not in (a_mode, b_mode),
+        CAST_B=b.dtype != a.dtype, USE_TMA=b_desc is not None,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         num_warps=warps, num_stages=stages,
     )
@@ -445,7 +481,10 @@ def default_config(T: int, E: int, N: int, H: int, top_k: int, dtype=torch.bfloa
         BM = 16
         active = min(pairs, E) * triton.cdiv(max(1, int(m + 0.999)), BM)  # non-empty m-blocks
         BK = min(bk_bytes // esize, max(16, triton.next_power_of_2(K)))
-        BN = 128
+        # <= 32 KB of weights per pipeline stage (gate + up tiles for gemm1): 4 stages then
+        # fit shared memory (BN 128 x BK 128 x 2 tiles x 4 stages = 256 KB does not)
+        b_tiles = 2 if (gemm == "gemm1" and gated) else 1
+        BN = min(128, (32768 // (BK * esize * b_tiles)))
         while BN > 16 and active * triton.cdiv(n_out, BN) < 2 * num_sms:
             BN //= 2
         split = 1

@@ -5,7 +5,8 @@
   sees stable addresses.
 - T is processed in chunks of at most ``chunk_size`` tokens (``FUSEDMOE_CHUNK_SIZE``,
   default 16384) so workspace stays bounded; each chunk is independent, so chunked and
-  unchunked results are identical.
+  unchunked results agree to rounding, except for schemes with a dynamic per-TENSOR
+  activation scale (fp8_tensor dynamic, nvfp4), whose scale is then computed per chunk.
 - Shared experts (any callable [T, H] -> [T, H]) are added after finalize; with an
   asynchronous prepare/finalize they would run while the combine is in flight.
 """
@@ -40,6 +41,10 @@ class ModularKernel:
         self.prepare_finalize = prepare_finalize
         self.experts = experts
         self.shared_experts = shared_experts
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                       or chunk_size < 1):
+            raise ConfigError("chunk_size", chunk_size, "a positive int or None (FUSEDMOE_CHUNK_SIZE / 16384)",
+                              "pass e.g. chunk_size=8192")
         self.chunk_size = chunk_size or env.chunk_size()
         if experts.activation_format == ActivationFormat.BATCHED:
             # The batched buffer holds at most max_num_tokens rows per expert; a chunk never

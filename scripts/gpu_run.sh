@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device-tool call = one of these stages, results under $OUT (see docs/BENCHMARKS.md).
+#   scripts/gpu_run.sh test            environment, GPU test suite, conformance check
+#   scripts/gpu_run.sh bench [args]    fusedmoe bench (extra args passed through)
+#   scripts/gpu_run.sh tune  [args]    fusedmoe tune  (writes JSON under $OUT/configs)
+#   scripts/gpu_run.sh all             test + the 16-bit benchmark of docs/BENCHMARKS.md
+set -uo pipefail
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
+stage=${1:-all}; shift || true
+env_info() {
+  python3 - <<'PY' | tee "$OUT/env.txt"
+import torch, triton, platform
+p = torch.cuda.get_device_properties(0)
+print(f"torch {torch.__version__} triton {triton.__version__} python {platform.python_version()}")
+print(f"{p.name} sm_{p.major}{p.minor} {p.multi_processor_count} SMs {p.total_memory/2**30:.1f} GiB")
+PY
+}
+run_tests() {
+  timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+  timeout 120 python3 -m fusedmoe check --device cuda --json > "$OUT/check.json" 2> "$OUT/check.err"
+  python3 -c "import json;d=json.load(open('$OUT/check.json'));print('check failures:',d['failures'],'of',len(d['results']));[print(r) for r in d['results'] if not r['ok']]" || tail -5 "$OUT/check.err"
+}
+run_bench() {
+  python3 -m fusedmoe bench --json "$OUT/bench.json" --plot "$OUT/bench.png" "$@" 2> "$OUT/bench.err" | tee "$OUT/bench.txt"
+  tail -3 "$OUT/bench.err"
+}
+case "$stage" in
+  test) env_info; run_tests ;;
+  bench) env_info; run_bench "$@" ;;
+  tune) env_info; python3 -m fusedmoe tune --out-dir "$OUT/configs" "$@" 2>&1 | tail -30 ;;
+  all) env_info; run_tests
+       run_bench --model mixtral-8x7b,qwen3-30b-a3b --tokens 1,16,64,256,1024,4096,16384 ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+esac

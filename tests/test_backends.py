@@ -1,0 +1,228 @@
+"""Conformance: every registered backend against reference_moe, within
+fusedmoe.tolerances.tolerance(dtype, scheme), on the schemes and activations it declares.
+
+The matrix is cut to fit the CPU budget (the Triton backend runs under TRITON_INTERPRET=1
+here, ~0.5 s a call):
+  - every (backend, declared scheme) at T=64, in float32 and bfloat16;
+  - every activation, routing method, bias and expert_map once per backend (T=33, fp32);
+  - the full token sweep T in {0, 1, 7, 64, 300} for 'none' and fp8_block, with one expert
+    that gets no token AND has NaN weights (a backend that reads it shows NaN).
+Backends that are not registered, or that cannot run on this machine, are skipped with the
+reasons their spec gives; the CPU backends (torch_ref, grouped_mm, emulation) must run here.
+
+Legend: T tokens, E experts, k top-k, H hidden, I intermediate.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fusedmoe.backends.registry import registered
+from fusedmoe.config import MoEConfig, ParallelConfig, QuantScheme, Routing
+from fusedmoe.layer import prepare_experts
+from fusedmoe.modular.interfaces import ActivationFormat
+from fusedmoe.platform import Platform
+from fusedmoe.reference.moe import reference_moe
+from fusedmoe.reference.routing import route
+from fusedmoe.tolerances import rel_error, tolerance
+
+SPECS = registered()
+CPU_BACKENDS = ("torch_ref", "grouped_mm", "emulation")   # must run on any machine
+# registered now, plus the Triton backends named by the design (skipped if absent)
+BACKENDS = list(SPECS) + [n for n in ("triton", "triton_batched") if n not in SPECS]
+
+SCHEMES = ["none", "fp8_tensor", "fp8_tensor:static", "fp8_channel", "fp8_block", "int8_channel", "int8_w8a16",
+           "int8_w8a16:g128:zp", "int4_w4a16", "int4_w4a16:g64:zp", "fp8_w8a16", "nvfp4", "mxfp4"]
+
+
+def declared(backend: str, scheme: str) -> bool:
+    spec = SPECS.get(backend)
+    return spec is None or QuantScheme.parse(scheme).method in spec.quant_methods
+
+
+def pairs():
+    out = []
+    for b in BACKENDS:
+        schemes = [s for s in SCHEMES if declared(b, s)]
+        out += [(b, s) for s in (schemes if b in SPECS else ["none"])]
+    return out
+
+
+def base_scheme(backend: str) -> str:
+    """The scheme a backend's activation / routing / feature tests use: 16-bit if it can."""
+    spec = SPECS.get(backend)
+    if spec is None or QuantScheme().method in spec.quant_methods:
+        return "none"
+    return "fp8_channel"                                   # emulation: per-token act quant
+
+
+def build(backend: str, cfg: MoEConfig, weights, max_num_tokens: int = 64):
+    """prepare_experts for ``backend`` on this machine, or skip saying why it cannot run."""
+    if backend not in SPECS:
+        pytest.skip(f"backend {backend!r} is not registered in this build")
+    spec = SPECS[backend]
+    fmt = ActivationFormat.STANDARD if ActivationFormat.STANDARD in spec.formats else ActivationFormat.BATCHED
+    plat = Platform.current()
+    reasons = spec.evaluate(cfg, weights.scheme, plat, fmt=fmt)
+    if reasons:
+        why = "; ".join(str(r) for r in reasons)
+        if backend in CPU_BACKENDS:
+            pytest.fail(f"{backend} must run on this machine but says: {why}")
+        pytest.skip(f"{backend} cannot run here ({plat.kind}, {cfg.dtype}): {why}")
+    pe = prepare_experts(cfg, weights, backend, fmt=fmt, max_num_tokens=max_num_tokens)
+    assert pe.selection.winner == backend
+    return pe
+
+
+def check(pe, cfg, weights, x, logits, bias=None):
+    """Route with the reference router, run the backend, compare to reference_moe."""
+    res = route(logits, cfg.top_k, cfg.routing, bias)
+    tw, ti = res.topk_weights, res.topk_ids
+    out = pe(x, tw, ti)
+    ref = reference_moe(x, weights, tw, ti, cfg)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    tol = tolerance(cfg.dtype, weights.scheme.method)
+    err = rel_error(out, ref)
+    assert err <= tol, f"rel error {err:.3e} > {tol:.0e}"
+    return out, ref
+
+
+# ------------------------------------------------------------------------------ schemes
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("backend,scheme", pairs(), ids=[f"{b}-{s}" for b, s in pairs()])
+def test_every_declared_scheme(mk, backend, scheme, dtype):
+    # E=8, k=2, H=256 (two 128-blocks), I=128, T=64; DeepSeek-like shapes scaled down
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype=dtype)
+    w = mk.weights(cfg, scheme, seed=1)
+    pe = build(backend, cfg, w)
+    check(pe, cfg, w, mk.x(cfg, 64, seed=2), mk.logits(cfg, 64, seed=3))
+
+
+def test_cpu_backends_serve_everything_they_declare():
+    # the skip in build() never hides a CPU backend: each serves its declared schemes here
+    plat = Platform.current()
+    for name in CPU_BACKENDS:
+        spec = SPECS[name]
+        for s in SCHEMES:
+            if QuantScheme.parse(s).method in spec.quant_methods:
+                for dt in ("float32", "bfloat16"):
+                    assert spec.evaluate(MoEConfig(8, 2, 256, 128, dtype=dt), QuantScheme.parse(s), plat) == [], \
+                        (name, s, dt)
+
+
+# ------------------------------------------------------------------------------ activations
+ACTS = [
+    ("silu", {}), ("silu", {"swiglu_limit": 0.6}),            # the clamp is active on O(1) data
+    ("gelu", {}), ("gelu_tanh", {}),
+    ("swigluoai", {}), ("swigluoai", {"swigluoai_limit": 0.6}),   # interleaved rows; limit active
+    ("relu2_no_mul", {}), ("silu_no_mul", {}), ("gelu_no_mul", {}),
+]
+
+
+@pytest.mark.parametrize("act,kw", ACTS, ids=[a + ("+limit" if kw else "") for a, kw in ACTS])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_activation(mk, backend, act, kw):
+    cfg = mk.config(E=8, k=2, H=128, I=128, dtype="float32", activation=act, **kw)
+    spec = SPECS.get(backend)
+    if spec is not None and cfg.activation not in spec.activations:
+        pytest.skip(f"{backend} does not declare activation {act}")
+    w = mk.weights(cfg, base_scheme(backend), seed=4)
+    pe = build(backend, cfg, w)
+    check(pe, cfg, w, mk.x(cfg, 33, seed=5), mk.logits(cfg, 33, seed=6))
+
+
+# ------------------------------------------------------------------------------ routing + features
+ROUTINGS = {
+    "softmax_renorm": (2, Routing()),
+    "softmax_no_renorm": (2, Routing(renormalize=False)),
+    # DeepSeek-V3: sigmoid + correction bias + 4 groups keep 2 + scaling 2.5
+    "sigmoid_bias_groups": (2, Routing(scoring="sigmoid", num_groups=4, topk_groups=2, has_correction_bias=True,
+                                       routed_scaling_factor=2.5)),
+    # Llama-4: top-1 sigmoid, weight applied on the input
+    "top1_on_input": (1, Routing(scoring="sigmoid", renormalize=False, apply_router_weight_on_input=True)),
+}
+
+
+@pytest.mark.parametrize("rname", list(ROUTINGS))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_routing_methods(mk, backend, rname):
+    k, routing = ROUTINGS[rname]
+    cfg = mk.config(E=8, k=k, H=128, I=128, dtype="float32", routing=routing)
+    w = mk.weights(cfg, base_scheme(backend), seed=7)
+    pe = build(backend, cfg, w)
+    bias = torch.randn(8, generator=torch.Generator().manual_seed(8)) * 0.5 if routing.has_correction_bias else None
+    check(pe, cfg, w, mk.x(cfg, 33, seed=9), mk.logits(cfg, 33, seed=10), bias)
+
+
+FEATURES = {
+    "bias": dict(has_bias=True),
+    "ep_linear": dict(parallel=ParallelConfig(ep_size=2, ep_rank=1)),                   # local 4..7
+    "ep_round_robin": dict(parallel=ParallelConfig(ep_size=4, ep_rank=2, placement="round_robin")),  # 2, 6
+    "bias_ep": dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=0)),
+}
+
+
+@pytest.mark.parametrize("feature", list(FEATURES))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bias_and_expert_map(mk, backend, feature):
+    cfg = mk.config(E=8, k=2, H=128, I=128, dtype="float32", **FEATURES[feature])
+    w = mk.weights(cfg, base_scheme(backend), seed=11)
+    pe = build(backend, cfg, w)
+    out, ref = check(pe, cfg, w, mk.x(cfg, 33, seed=12), mk.logits(cfg, 33, seed=13))
+    if cfg.parallel.use_ep:
+        # tokens whose k experts all live elsewhere come out as exact zeros
+        res = route(mk.logits(cfg, 33, seed=13), 2, cfg.routing)
+        remote = (cfg.expert_map()[res.topk_ids.long()] < 0).all(dim=1)
+        assert torch.equal(out[remote], torch.zeros_like(out[remote]))
+
+
+# ------------------------------------------------------------------------------ token sweep
+@pytest.mark.parametrize("T", [0, 1, 7, 64, 300])           # empty, decode, < a block, prefill-ish
+@pytest.mark.parametrize("scheme", ["none", "fp8_block"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_token_sweep_with_an_idle_poisoned_expert(mk, backend, scheme, T):
+    if not declared(backend, scheme):
+        pytest.skip(f"{backend} does not declare {scheme}")
+    # expert 5 is never routed to and its weights are NaN: reading it would show
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32")
+    w = mk.weights(cfg, scheme, seed=14, poison_experts=(5,))
+    pe = build(backend, cfg, w, max_num_tokens=max(T, 1))
+    out, _ = check(pe, cfg, w, mk.x(cfg, T, seed=15), mk.logits(cfg, T, seed=16, unused_experts=(5,)))
+    assert out.shape == (T, 256)
+    assert torch.isfinite(out).all()
+
+
+# ------------------------------------------------------------------------------ strided inputs
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strided_inputs(mk, backend):
+    # x, topk_weights and topk_ids as column slices of wider tensors (row stride != width),
+    # as a caller slicing a fused buffer would pass them
+    cfg = mk.config(E=8, k=2, H=128, I=128, dtype="float32")
+    w = mk.weights(cfg, base_scheme(backend), seed=17)
+    pe = build(backend, cfg, w)
+    wide = mk.x(cfg.replace(hidden_size=200), 21, seed=18)
+    x = wide[:, 10:138]                                               # [21, 128], stride (200, 1)
+    tw4, ti4 = mk.topk(21, 8, 4, seed=19)
+    tw, ti = tw4[:, 1:3], ti4[:, 1:3]                                 # [21, 2], stride (4, 1)
+    assert not (x.is_contiguous() or tw.is_contiguous() or ti.is_contiguous())
+    ref = reference_moe(x.contiguous(), w, tw.contiguous(), ti.contiguous(), cfg)
+    assert rel_error(pe(x, tw, ti), ref) <= tolerance("float32", w.scheme.method)
+
+
+# ------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend,scheme", pairs(), ids=[f"{b}-{s}" for b, s in pairs()])
+def test_every_declared_scheme_cuda_bf16(mk, backend, scheme):
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16")
+    w = mk.weights(cfg, scheme, seed=1).to("cuda")
+    if backend not in SPECS:
+        pytest.skip(f"backend {backend!r} is not registered in this build")
+    reasons = SPECS[backend].evaluate(cfg, w.scheme, Platform.current())
+    if reasons:
+        pytest.skip("; ".join(map(str, reasons)))
+    pe = prepare_experts(cfg, w, backend)
+    x = mk.x(cfg, 64, seed=2).cuda()
+    res = route(mk.logits(cfg, 64, seed=3).cuda(), 2, cfg.routing)
+    out = pe(x, res.topk_weights, res.topk_ids)
+    ref = reference_moe(x, w, res.topk_weights, res.topk_ids, cfg)
+    assert rel_error(out, ref) <= tolerance("bfloat16", w.scheme.method)

@@ -1,0 +1,220 @@
+"""The ``fusedmoe`` command line, in process (``fusedmoe.cli.main.main([...])``) and once as
+``python -m fusedmoe``. Every command's --json output must parse and carry its fields; a
+user error prints one line on stderr and returns 2, never a traceback.
+
+Small layers come from tiny Hugging Face config.json files written to tmp_path (the preset
+reader takes a path), so ``demo`` runs in well under a second per case.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import fusedmoe.oracle as oracle
+from fusedmoe.backends.registry import registered
+from fusedmoe.cli.main import main
+from fusedmoe.config import QuantMethod
+from fusedmoe.presets import PRESETS
+
+TINY = {
+    # Mixtral layout: softmax top-2 of 8, renormalized; H=256, I=256 (tp 2 -> 128)
+    "mixtral": {"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2, "hidden_size": 256,
+                "intermediate_size": 256, "hidden_act": "silu"},
+    # DeepSeek-V3 layout: sigmoid + correction bias, 4 groups keep 2, x2.5, fp8 128x128 checkpoint
+    "deepseek": {"model_type": "deepseek_v3", "n_routed_experts": 16, "num_experts_per_tok": 4, "hidden_size": 256,
+                 "moe_intermediate_size": 128, "n_group": 4, "topk_group": 2, "hidden_act": "silu",
+                 "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_dedup(monkeypatch):
+    monkeypatch.setattr(oracle, "_logged", set())
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    paths = {}
+    for name, cfg in TINY.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(cfg))
+        paths[name] = str(d)
+    return paths
+
+
+def run_json(capsys, *argv):
+    rc = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    return rc, json.loads(out), err
+
+
+def run_error(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    assert rc == 2, (rc, out, err)
+    assert "Traceback" not in err and out == ""
+    return err
+
+
+# ------------------------------------------------------------------------------ demo
+@pytest.mark.parametrize("model,extra,quant", [
+    ("mixtral", ["--tp", "2", "--dtype", "float32"], "none"),          # 16-bit, grouped_mm on CPU
+    ("mixtral", ["--tp", "2", "--quant", "int4_w4a16:g64"], "int4_w4a16:g64"),   # weight-only, emulation
+    ("deepseek", [], "fp8_block"),                                    # native fp8_block + correction bias
+], ids=["mixtral-none", "mixtral-int4", "deepseek-fp8_block"])
+def test_demo_json(capsys, tiny, model, extra, quant):
+    rc, d, _ = run_json(capsys, "demo", "--model", tiny[model], "--tokens", "5", "--repeat", "1",
+                        "--device", "cpu", *extra)
+    assert rc == 0
+    for key in ("model", "config", "quant", "device", "tokens", "selection", "backend", "rel_error_vs_torch_ref",
+                "tolerance", "within_tolerance", "median_time_us", "tflops", "wall_s"):
+        assert key in d, key
+    assert d["quant"] == quant and d["device"] == "cpu" and d["tokens"] == 5
+    assert d["within_tolerance"] is True and 0 <= d["rel_error_vs_torch_ref"] <= d["tolerance"]
+    assert d["backend"] == d["selection"]["winner"] in registered()
+    assert d["median_time_us"] > 0
+    assert {c["name"] for c in d["selection"]["candidates"]} == set(registered())
+
+
+def test_demo_preset(capsys):
+    # a real preset, sharded small: Qwen3-30B-A3B over tp 8 (E=128, H=2048, I=96)
+    rc, d, _ = run_json(capsys, "demo", "--model", "qwen3-30b-a3b", "--tp", "8", "--tokens", "5", "--repeat", "1",
+                        "--device", "cpu")
+    assert rc == 0 and d["model"] == "qwen3-30b-a3b" and d["within_tolerance"] is True
+    assert "intermediate_size=96" in d["config"]
+
+
+def test_demo_text(capsys, tiny):
+    rc = main(["demo", "--model", tiny["mixtral"], "--tp", "2", "--tokens", "3", "--repeat", "1", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "winner:" in out and "rel. error vs torch_ref" in out and "OK" in out
+
+
+# ------------------------------------------------------------------------------ explain
+def test_explain_deepseek_h100_json(capsys):
+    rc, d, _ = run_json(capsys, "explain", "--model", "deepseek-v3", "--quant", "fp8_block", "--platform", "h100")
+    assert rc == 0
+    assert d["quant"] == "fp8_block" and d["family"] == "hopper" and d["source"] == "auto"
+    names = [c["name"] for c in d["candidates"]]
+    assert d["winner"] in names and set(names) == set(registered())
+    win = next(c for c in d["candidates"] if c["name"] == d["winner"])
+    assert win["ok"] and win["reasons"] == []
+    for c in d["candidates"]:
+        if c["name"] != d["winner"]:
+            # a reason for each rejected backend, or it could serve (lower priority)
+            assert c["ok"] or (c["reasons"] and all(r["code"] and r["text"] for r in c["reasons"])), c
+    assert any(not c["ok"] for c in d["candidates"])          # grouped_mm cannot do fp8_block
+
+
+def test_explain_text_names_every_candidate(capsys):
+    rc = main(["explain", "--model", "deepseek-v3", "--quant", "fp8_block", "--platform", "h100"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "winner:" in out
+    for name in registered():
+        line = next(ln for ln in out.splitlines() if ln.split()[:1] in (["WIN"], ["ok"], ["no"])
+                    and ln.split()[1] == name)
+        assert "chosen" in line or "could serve; lower priority" in line or "[" in line
+
+
+def test_explain_explicit_backend_and_deterministic(capsys):
+    rc, d, _ = run_json(capsys, "explain", "--model", "mixtral-8x7b", "--platform", "cpu", "--backend", "torch_ref",
+                        "--deterministic")
+    assert rc == 0 and d["winner"] == "torch_ref" and d["source"] == "argument" and d["deterministic"] is True
+
+
+# ------------------------------------------------------------------------------ backends / models
+def test_backends_json(capsys):
+    rc, d, _ = run_json(capsys, "backends")
+    assert rc == 0
+    tables = {t["name"]: t for t in d["backends"]}
+    assert set(tables) == set(registered()) >= {"torch_ref", "grouped_mm", "emulation"}
+    for t in tables.values():
+        for key in ("description", "quant", "activations", "routing", "formats", "devices", "min_sm",
+                    "deterministic", "cuda_graph_safe", "native"):
+            assert key in t, (t["name"], key)
+    assert set(tables["torch_ref"]["quant"]) == {m.value for m in QuantMethod}
+    assert tables["grouped_mm"]["quant"] == ["none"]
+    assert "none" not in tables["emulation"]["quant"]
+
+
+def test_models_json(capsys):
+    rc, d, _ = run_json(capsys, "models")
+    assert rc == 0
+    rows = {r["name"]: r for r in d["models"]}
+    assert set(rows) == set(PRESETS) >= {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b"}
+    ds = rows["deepseek-v3"]
+    assert (ds["num_experts"], ds["top_k"], ds["hidden_size"], ds["quant"]) == (256, 8, 7168, "fp8_block")
+    assert rows["gpt-oss-20b"]["activation"] == "swigluoai" and rows["gpt-oss-20b"]["has_bias"] is True
+
+
+# ------------------------------------------------------------------------------ check
+def test_check_json_cpu_backends(capsys, monkeypatch):
+    # restricted to the CPU backends (~4 s): the Triton ones under the interpreter add ~30 s
+    # (see the slow test below)
+    from fusedmoe.backends import registry
+    specs = registered()
+    monkeypatch.setattr(registry, "_REGISTRY", {n: specs[n] for n in ("torch_ref", "grouped_mm", "emulation")})
+    rc, d, _ = run_json(capsys, "check", "--device", "cpu")
+    assert rc == 0 and d["failures"] == 0 and d["device"] == "cpu"
+    seen = {(r["backend"], r["quant"], r["format"]) for r in d["results"]}
+    for m in QuantMethod:                                     # torch_ref: every scheme, both formats
+        assert ("torch_ref", m.value, "standard") in seen and ("torch_ref", m.value, "batched") in seen
+    assert ("emulation", "mxfp4", "standard") in seen and ("grouped_mm", "none", "standard") in seen
+    assert ("grouped_mm", "none", "batched") not in seen     # grouped_mm is standard-only: not run
+    for r in d["results"]:
+        assert r["ok"] and r["rel_error"] <= r["tolerance"]
+
+
+@pytest.mark.slow
+def test_check_json_all_backends(capsys):
+    rc, d, _ = run_json(capsys, "check", "--device", "cpu")
+    assert rc == 0 and d["failures"] == 0
+
+
+# ------------------------------------------------------------------------------ errors
+@pytest.mark.parametrize("argv,needle", [
+    (["explain", "--backend", "nope"], "backend='nope' is not a registered backend"),
+    (["explain", "--model", "nope-7b"], "model='nope-7b'"),
+    (["explain", "--quant", "int3"], "'int3'"),
+    (["explain", "--platform", "tpu"], "platform='tpu'"),
+    (["demo", "--quant", "fp9"], "'fp9'"),                          # fails before any weight is built
+    (["demo", "--model", "qwen3-30b-a3b", "--tp", "7"], "tp=7"),    # tp must divide I
+])
+def test_user_error_is_one_line_and_status_2(capsys, argv, needle):
+    err = run_error(capsys, *argv)
+    assert err.endswith("\n") and err.count("\n") == 1, err        # exactly one line
+    assert err.startswith(f"fusedmoe {argv[0]}: error: ") and needle in err
+
+
+def test_demo_unknown_backend(capsys, tiny):
+    err = run_error(capsys, "demo", "--model", tiny["mixtral"], "--tp", "2", "--backend", "nope", "--device", "cpu")
+    assert err.count("\n") == 1 and "backend='nope'" in err
+
+
+def test_backend_that_cannot_serve_is_status_2(capsys):
+    # NoBackendError lists one reason per line; still status 2 and no traceback
+    err = run_error(capsys, "explain", "--backend", "grouped_mm", "--quant", "fp8_block", "--platform", "cpu")
+    assert err.startswith("fusedmoe explain: error: backend 'grouped_mm'") and "[quant]" in err
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 0
+    assert "demo" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("cmd", ["demo", "explain", "backends", "models", "check"])
+def test_every_command_takes_json(capsys, cmd):
+    with pytest.raises(SystemExit) as ei:
+        main([cmd, "--help"])
+    assert ei.value.code == 0 and "--json" in capsys.readouterr().out
+
+
+def test_python_m_help_lists_commands():
+    p = subprocess.run([sys.executable, "-m", "fusedmoe", "--help"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    for cmd in ("demo", "explain", "backends", "models", "check", "bench", "tune"):
+        assert cmd in p.stdout, cmd
