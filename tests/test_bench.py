@@ -358,3 +358,21 @@ def test_run_bench_report_is_finite_json(fake_run):
     for r in d["results"]:
         for k in ("tflops", "gbps", "pct_roofline"):
             assert r[k] is None or math.isfinite(r[k])
+
+
+# ------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+def test_gpu_bench_times_graphs_and_checks_everything():
+    """On CUDA: graph replay is timed for capturable implementations, the declared non-capturable
+    ones fall back to eager with a note, and every implementation passes its check."""
+    c = MoEConfig(16, 4, 256, 128)
+    spec = harness.BenchSpec(shapes=[("small", c, 1)], tokens=[1, 64], backends="all",
+                             peers=["torch_loop", "torch_grouped_mm"], repeat=5, device="cuda")
+    rep = harness.run_bench(spec, progress=False)
+    assert rep.ceilings.copy_gbps > 100 and rep.ceilings.matmul_tflops > 10
+    ok = [r for r in rep.results if r.status == "ok"]
+    assert not [r for r in rep.results if r.status == "wrong"]
+    assert any(r.us_graph is not None for r in ok)
+    loop = [r for r in ok if r.impl == "torch_loop"]
+    assert loop and all(r.us_graph is None and "not capturable" in r.graph_note for r in loop)
+    assert rep.summary["per_scheme"]["none"]["points"] == 2

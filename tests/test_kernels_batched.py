@@ -151,7 +151,7 @@ def pow2_scales(shape, seed):
     return (2.0 ** torch.randint(-4, 3, shape, generator=g)).float().to(DEVICE)
 
 
-def scale_case(mode, dtype, gated=True, a_per_expert=False, block=(16, 32), seed=0):
+def scale_case(mode, dtype, gated=True, a_per_expert=False, block=(16, 64), seed=0):
     """Operands of ``dtype`` (integer values) and scales for ``mode``, for GEMM1 (K = H)."""
     N = 2 * I if gated else I
     x = int_valued((E, T_MAX, H), -4, 5, dtype, seed)
@@ -173,20 +173,22 @@ def scale_case(mode, dtype, gated=True, a_per_expert=False, block=(16, 32), seed
                                                ("block", False)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float8_e4m3fn, torch.int8])
 def test_gemm1_scale_modes(mode, a_per_expert, dtype):
-    # block (16, 32) with H = 72: a partial last K block; 2I = 80 rows: gate/up straddle blocks
-    x, w, a_s, b_s = scale_case(mode, dtype, a_per_expert=a_per_expert)
+    # block (16, 64) with H = 72: a partial last K block, two K steps (BK = 32; tl.dot needs
+    # K >= 32 for 1-byte operands) per block; 2I = 80 rows: gate/up straddle row blocks
+    block = (16, 64)
+    x, w, a_s, b_s = scale_case(mode, dtype, a_per_expert=a_per_expert, block=block)
     counts = torch.tensor(COUNTS, dtype=torch.int32, device=DEVICE)
-    cfg = dict(SMALL, BLOCK_SIZE_K=16) if mode == "block" else SMALL
+    mode_block = block if mode == "block" else None
     out = sentinel_out((E, T_MAX, I), torch.float32)
     batched_gemm1_act(x, counts, w, "silu", out, a_scale=a_s, b_scale=b_s, scale_mode=mode,
-                      block_shape=(16, 32) if mode == "block" else None, config=cfg)
+                      block_shape=mode_block, config=SMALL)
     want = batched_gemm1_act_ref(x, counts, w, "silu", a_scale=a_s, b_scale=b_s, scale_mode=mode,
-                                 block_shape=(16, 32))
+                                 block_shape=block)
     check(out, want, counts, torch.float32)
     if mode in ("channel", "block"):   # the same scales flattened to [E * T_max, 1 or K/bk]
         flat = batched_gemm1_act(x, counts, w, "silu", a_scale=a_s.reshape(E * T_MAX, -1), b_scale=b_s,
-                                 scale_mode=mode, block_shape=(16, 32) if mode == "block" else None,
-                                 config=cfg, out=sentinel_out((E, T_MAX, I), torch.float32))
+                                 scale_mode=mode, block_shape=mode_block,
+                                 config=SMALL, out=sentinel_out((E, T_MAX, I), torch.float32))
         assert torch.equal(flat, out)
 
 
@@ -207,14 +209,14 @@ def test_gemm2_scale_modes_fp8(mode):
         wd = rq.quantize_weight(w2, "fp8_channel")
         block = None
     else:
-        hq, hs = rq.quant_fp8_group(h.reshape(-1, I), 32)
+        hq, hs = rq.quant_fp8_group(h.reshape(-1, I), 32)      # I = 40: groups of 32 + 8
         hs = hs.reshape(E, T_MAX, -1)
         wd = rq.quantize_weight(w2, QuantScheme("fp8_block", block_shape=(16, 32)))
         block = (16, 32)
     hq = hq.reshape(E, T_MAX, I).to(DEVICE)
     out = sentinel_out((E, T_MAX, H), torch.float32)
     batched_gemm2(hq, counts, wd["w"].to(DEVICE), out, a_scale=hs.to(DEVICE), b_scale=wd["scale"].to(DEVICE),
-                  scale_mode=mode, block_shape=block, config=dict(SMALL, BLOCK_SIZE_K=16))
+                  scale_mode=mode, block_shape=block, config=SMALL)
     want = batched_gemm2_ref(hq, counts, wd["w"].to(DEVICE), a_scale=hs.to(DEVICE),
                              b_scale=wd["scale"].to(DEVICE), scale_mode=mode, block_shape=block)
     check(out, want, counts, torch.float32)

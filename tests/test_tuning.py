@@ -383,3 +383,20 @@ def test_written_file_round_trips_and_merges(isolated):
 def test_tune_refuses_cpu():
     with pytest.raises(ConfigError, match="CUDA"):
         tuning.tune(MoEConfig(8, 2, 64, 32), "none", [1], platform="cpu")
+
+
+# ------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+def test_gpu_tune_writes_a_file_the_backend_loads(tmp_path, monkeypatch):
+    """A tiny tune end to end: the file is written, named for this device, and loaded back."""
+    c = MoEConfig(8, 2, 256, 128)
+    space = {"BLOCK_SIZE_N": [64], "BLOCK_SIZE_K": [64], "num_warps": [4], "num_stages": [3],
+             "GROUP_SIZE_M": [1], "SPLIT_K": [1, 2]}
+    path = tuning.tune(c, "none", [1, 64], platform=Platform.current(), out_dir=str(tmp_path),
+                       search_space=space, progress=False, budget_ms=5)
+    data = json.load(open(path))
+    assert os.path.basename(path) == config_file_name(8, 128, Platform.current().device_name)
+    assert {"1", "64", "triton_version", "meta"} <= set(data)
+    assert data["meta"]["points"]["1"]["rel_err"] is not None
+    monkeypatch.setenv("FUSEDMOE_CONFIG_DIR", str(tmp_path))
+    assert LaunchConfigs.for_config(c).is_tuned

@@ -24,6 +24,7 @@ Scales (``scale_mode``), applied in fp32:
   'channel' a_scale [E, T_max, 1] (per token; [1] broadcasts), b_scale [E, N]; after the loop
   'block'   a_scale [E, T_max, ceil(K/bk)], b_scale [E, ceil(N/bn), ceil(K/bk)]; every K
             step adds dot * a_s * b_s, so BLOCK_SIZE_K must divide bk
+  BLOCK_SIZE_K >= 32 for fp8 / int8 operands (tl.dot's minimum on the GPU), >= 16 otherwise.
   Per-token / per-group activation scales may also come flattened, [E * T_max, 1 or K/bk].
 Operands fp16 / bf16 / fp32 (fp32: IEEE dot, no tf32, to match torch), float8_e4m3fn, int8
 (int32 accumulation). Both operands have the same dtype.
@@ -105,9 +106,9 @@ def _batched_gemm_kernel(
                 part_up = _dot(a, b_up, ACC_INT, IEEE_FP32)
                 acc_up += part_up.to(tl.float32) * a_s[:, None] * b_s_up[None, :]
         else:
-            acc = _dot_acc(a, b, acc, IEEE_FP32)
+            acc = _dot_acc(a, b, acc, ACC_INT, IEEE_FP32)
             if GATED:
-                acc_up = _dot_acc(a, b_up, acc_up, IEEE_FP32)
+                acc_up = _dot_acc(a, b_up, acc_up, ACC_INT, IEEE_FP32)
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
 
@@ -147,11 +148,13 @@ def _dot(a, b, ACC_INT: tl.constexpr, IEEE_FP32: tl.constexpr):
 
 
 @triton.jit
-def _dot_acc(a, b, acc, IEEE_FP32: tl.constexpr):
-    if IEEE_FP32:
+def _dot_acc(a, b, acc, ACC_INT: tl.constexpr, IEEE_FP32: tl.constexpr):
+    if ACC_INT:
+        return tl.dot(a, b, acc, out_dtype=tl.int32)
+    elif IEEE_FP32:
         return tl.dot(a, b, acc, input_precision="ieee")
     else:
-        return tl.dot(a, b, acc)     # int8 operands accumulate into the int32 acc
+        return tl.dot(a, b, acc)
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -182,7 +185,8 @@ def default_batched_config(T_max: int, E: int, N: int, K: int, dtype, block_shap
         bk = min(bk, block_shape[1])
         while block_shape[1] % bk:
             bk //= 2
-    return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": max(bk, 16),
+    # tl.dot needs K >= 32 for 1-byte operands on the GPU (16 for 16-bit ones)
+    return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": max(bk, 32 if one_byte else 16),
             "num_warps": warps, "num_stages": stages}
 
 

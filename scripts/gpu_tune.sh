@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Tune launch configs on the device: one `fusedmoe tune` per (preset, T) so that every point
+# that finishes is kept (files merge), inside one device call. Results: $OUT/configs/*.json
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/configs"
+quant=${QUANT:-none}; per=${PER_POINT_S:-80}
+# preset:tp:T, most valuable first
+for point in ${POINTS:-mixtral-8x7b:1:1024 qwen3-30b-a3b:1:4096 deepseek-v3:8:1024 mixtral-8x7b:1:256 qwen3-30b-a3b:1:16384 deepseek-v3:8:4096 mixtral-8x7b:1:4096 qwen3-30b-a3b:1:1 deepseek-v3:8:1 mixtral-8x7b:1:16384 deepseek-v3:8:16384 qwen3-30b-a3b:1:1024 qwen3-30b-a3b:1:256 deepseek-v3:8:64 mixtral-8x7b:1:1}; do
+  IFS=: read -r model tp T <<< "$point"
+  echo "== $model tp$tp T=$T ($(date +%T))"
+  timeout "$per" python3 -m fusedmoe tune --model "$model" --tp "$tp" --tokens "$T" --quant "$quant" \
+      --budget-ms 15 --no-progress --out-dir "$OUT/configs" 2>&1 | tail -2
+done
+ls -la "$OUT/configs"
