@@ -11,5 +11,7 @@ for point in ${POINTS:-mixtral-8x7b:1:1024 qwen3-30b-a3b:1:4096 deepseek-v3:8:10
   echo "== $model tp$tp T=$T ($(date +%T))"
   timeout "$per" python3 -m fusedmoe tune --model "$model" --tp "$tp" --tokens "$T" --quant "$quant" \
       --budget-ms 15 --no-progress --out-dir "$OUT/configs" 2>&1 | tail -2
+  # file names hold '=' and ',' which the device tool does not bring back: ship a tarball
+  tar -C "$OUT" -cf "$OUT/configs.tar" configs
 done
 ls -la "$OUT/configs"
