@@ -309,7 +309,7 @@ QUANT_CASES = [
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")   # silu of large negative integers
-@pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{c[1] if isinstance(c[1], str) else str(c[1])[6:]}")
+@pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
 def test_quant_gemm1_and_gemm2(case):
     # operands hold small integers (exact in int8 and e4m3) and power-of-two scales, so the
     # kernel and the dequantizing reference agree to fp32 rounding; block: (bn, bk) = (16, 32)
