@@ -115,8 +115,8 @@ class Selection:
                  f"sm_{self.platform.sm})  requested={self.requested}  source={self.source}",
                  f"  winner: {self.winner}"]
         if self.variants:
-            lines.append("  kernel variant per token bucket: " +
-                         ", ".join(f"{k}: {v}" for k, v in self.variants.items()))
+            lines.append("  kernel variant per token bucket:")
+            lines.extend(f"    {k:8s} {v}" for k, v in self.variants.items())
         lines.append("  candidates (in the order tried):")
         for c in self.candidates:
             mark = "WIN " if c.name == self.winner else ("ok  " if c.ok else "no  ")
