@@ -137,7 +137,8 @@ def normalize_launch_config(cfg, where: str = "launch config") -> dict:
     out = dict(cfg)
     for k in _REQUIRED:
         if k not in out:
-            raise ConfigError(f"{where}.{k}", None, "a positive power-of-two int", f"add {k} to the config", problem="is missing")
+            raise ConfigError(f"{where}.{k}", None, "a positive power-of-two int", f"add {k} to the config",
+                              problem="is missing")
     for k, v in _OPTIONAL_DEFAULTS.items():
         out.setdefault(k, v)
     for k in GEMM_KEYS:

@@ -423,7 +423,8 @@ def check_against(fn: Callable, case: CheckCase, *, ids64: bool = False) -> Chec
     try:
         out = fn(*case.inputs.args(ids64))
     except Exception as e:  # a crash is a result too: report it
-        return CheckResult(False, None, case.tol, f"raised {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+        first = str(e).splitlines()[0][:200] if str(e) else ""
+        return CheckResult(False, None, case.tol, f"raised {type(e).__name__}: {first}")
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(case.ref.shape):
         return CheckResult(False, None, case.tol, f"output shape {getattr(out, 'shape', None)} != {tuple(case.ref.shape)}")
     if not torch.isfinite(out).all():
@@ -746,7 +747,8 @@ def run_bench(spec: BenchSpec, *, progress: bool = True, impls_fn: Optional[Call
                             tm = time_impl(fn, sets, graph=spec.graph, ids64=impl.ids64, reps=spec.repeat,
                                            budget_ms=spec.budget_ms, graph_safe=impl.graph_safe)
                         except Exception as e:
-                            results.append(Measurement(status="failed", reason=f"timing raised {type(e).__name__}: {e}"[:240],
+                            why = f"timing raised {type(e).__name__}: {e}"[:240]
+                            results.append(Measurement(status="failed", reason=why,
                                                        rel_err=chk.rel_err, tol=chk.tol, **common))
                             continue
                         best = tm.best_us

@@ -119,9 +119,9 @@ def _hf_module(config: MoEConfig, weights, impl: str):
     if importlib.util.find_spec("transformers") is None:
         raise PeerUnavailable("transformers is not installed")
     if config.activation not in _HF_ACT or config.swiglu_limit is not None or config.has_bias:
-        raise PeerUnavailable(f"transformers' generic experts modules compute gated silu/gelu without bias or clamp; "
-                              f"this shape uses {config.activation.value}"
-                              + (" with bias" if config.has_bias else "") + (" with a clamp" if config.swiglu_limit else ""))
+        extra = (" with bias" if config.has_bias else "") + (" with a clamp" if config.swiglu_limit else "")
+        raise PeerUnavailable("transformers' generic experts modules compute gated silu/gelu without bias or "
+                              f"clamp; this shape uses {config.activation.value}{extra}")
     import transformers  # noqa: PLC0415
     E, k, H, I = config.num_experts, config.top_k, config.hidden_size, config.intermediate_size
     errors = []

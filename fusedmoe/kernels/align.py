@@ -101,17 +101,19 @@ def _runs(counts, E, BM: tl.constexpr, E_BINS: tl.constexpr):
 @triton.jit
 def _write_layout(sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, cnt, start, end, total,
                   n, E, max_padded, max_blocks,
-                  BM: tl.constexpr, E_BINS: tl.constexpr, FILL_B: tl.constexpr):
+                  BM: tl.constexpr, E_BINS: tl.constexpr, LOG_E: tl.constexpr, FILL_B: tl.constexpr):
     """Everything but the real pairs: expert_ids, sentinel in padding and tail, the total."""
-    bins = tl.arange(0, E_BINS)
-    # expert of block b = number of real experts whose run ends at or before b*BM;
-    # [BB, E_BINS] compares per step, 4096 elements = 32 registers a thread at 4 warps
-    BB: tl.constexpr = 4096 // E_BINS if E_BINS <= 256 else 16
-    for b0 in range(0, max_blocks, BB):
-        b = b0 + tl.arange(0, BB)
-        before = (end[None, :] <= b[:, None] * BM) & (bins[None, :] < E)        # [BB, E_BINS]
-        eid = tl.sum(before.to(tl.int32), 1)
-        eid = tl.where(b * BM < total, eid, -1)
+    # expert of block b = number of real experts whose run ends at or before b*BM: a
+    # branchless binary search over the nondecreasing run ends (log2(E_BINS) gathers per
+    # block; a [blocks, E_BINS] compare cost 100+ us at n = 131072 in this one program)
+    for b0 in range(0, max_blocks, FILL_B):
+        b = b0 + tl.arange(0, FILL_B)
+        target = b * BM
+        eid = tl.zeros([FILL_B], dtype=tl.int32)
+        for s in tl.static_range(LOG_E):
+            cand = eid + (E_BINS >> (s + 1))
+            eid = tl.where(tl.gather(end, cand - 1, 0) <= target, cand, eid)
+        eid = tl.where(target < total, eid, -1)
         tl.store(expert_ids_ptr + b, eid, mask=b < max_blocks)
     # each expert's padding: [start + cnt, end), fewer than BM slots
     JB: tl.constexpr = BM if BM < 16 else 16
@@ -129,14 +131,14 @@ def _write_layout(sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, cnt, start, end, tot
 @triton.jit
 def _align_small_kernel(ids_ptr, map_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
                         n, num_global, E, max_padded, max_blocks,
-                        HAS_MAP: tl.constexpr, BM: tl.constexpr, E_BINS: tl.constexpr,
+                        HAS_MAP: tl.constexpr, BM: tl.constexpr, E_BINS: tl.constexpr, LOG_E: tl.constexpr,
                         BLOCK: tl.constexpr, FILL_B: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     loc = _local_expert(ids_ptr, map_ptr, offs, n, num_global, E, HAS_MAP)        # [BLOCK]
     counts = tl.histogram(loc, E_BINS)                                          # [E_BINS]
     cnt, start, end, total = _runs(counts, E, BM, E_BINS)
     _write_layout(sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, cnt, start, end, total,
-                  n, E, max_padded, max_blocks, BM, E_BINS, FILL_B)
+                  n, E, max_padded, max_blocks, BM, E_BINS, LOG_E, FILL_B)
     # rank inside the expert from a sort of (expert, index) keys; dropped pairs sort last
     keys = tl.sort(loc * BLOCK + offs)                                          # [BLOCK]
     se = keys // BLOCK
@@ -157,7 +159,8 @@ def _align_count_kernel(ids_ptr, map_ptr, counts_ptr, n, num_global, E,
 @triton.jit
 def _align_scan_kernel(counts_ptr, base_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
                        num_chunks, n, E, max_padded, max_blocks,
-                       BM: tl.constexpr, E_BINS: tl.constexpr, CB: tl.constexpr, FILL_B: tl.constexpr):
+                       BM: tl.constexpr, E_BINS: tl.constexpr, LOG_E: tl.constexpr, CB: tl.constexpr,
+                       FILL_B: tl.constexpr):
     bins = tl.arange(0, E_BINS)
     tot = tl.zeros([E_BINS], dtype=tl.int32)
     for c0 in range(0, num_chunks, CB):
@@ -166,7 +169,7 @@ def _align_scan_kernel(counts_ptr, base_ptr, sorted_ids_ptr, expert_ids_ptr, ntp
         tot += tl.sum(tile, 0)
     cnt, start, end, total = _runs(tot, E, BM, E_BINS)
     _write_layout(sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, cnt, start, end, total,
-                  n, E, max_padded, max_blocks, BM, E_BINS, FILL_B)
+                  n, E, max_padded, max_blocks, BM, E_BINS, LOG_E, FILL_B)
     # base[c, e] = start[e] + pairs of e in earlier chunks - first sorted position of e in c
     carry = tl.zeros([E_BINS], dtype=tl.int32)
     for c0 in range(0, num_chunks, CB):
@@ -218,6 +221,7 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
     out.topk_ids, out.expert_map = topk_ids, expert_map
     mp, mb = out.sorted_ids.numel(), out.expert_ids.numel()
     e_bins = triton.next_power_of_2(num_experts + 1)          # +1: the drop bin
+    log_e = e_bins.bit_length() - 1
     has_map = expert_map is not None
     emap = expert_map if has_map else ids                     # any pointer; never read
     n_global = expert_map.numel() if has_map else num_experts
@@ -226,7 +230,8 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
         block = max(16, triton.next_power_of_2(n))
         _align_small_kernel[(1,)](ids, emap, out.sorted_ids, out.expert_ids, out.num_tokens_post_padded,
                                   n, n_global, num_experts, mp, mb,
-                                  HAS_MAP=has_map, BM=block_m, E_BINS=e_bins, BLOCK=block, FILL_B=fill_b,
+                                  HAS_MAP=has_map, BM=block_m, E_BINS=e_bins, LOG_E=log_e, BLOCK=block,
+                                  FILL_B=fill_b,
                                   num_warps=4 if block <= 1024 else 8)
         return out
     num_chunks = triton.cdiv(n, chunk)
@@ -235,7 +240,8 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
                                        HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, num_warps=4)
     _align_scan_kernel[(1,)](scratch[0], scratch[1], out.sorted_ids, out.expert_ids, out.num_tokens_post_padded,
                              num_chunks, n, num_experts, mp, mb,
-                             BM=block_m, E_BINS=e_bins, CB=max(1, 4096 // e_bins), FILL_B=fill_b, num_warps=8)
+                             BM=block_m, E_BINS=e_bins, LOG_E=log_e, CB=max(1, 4096 // e_bins), FILL_B=fill_b,
+                             num_warps=8)
     _align_scatter_kernel[(num_chunks,)](ids, emap, scratch[1], out.sorted_ids, n, n_global, num_experts,
                                          HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, num_warps=4)
     return out

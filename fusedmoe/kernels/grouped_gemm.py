@@ -177,7 +177,7 @@ def _moe_gemm_kernel(
             if EVEN_K:
                 a = tl.load(a_ptrs)
             else:
-                a = tl.load(a_ptrs, mask=((k_at + offs_k) < K)[None, :], other=0)
+                a = tl.load(a_ptrs, mask=((k_at + offs_k) < K)[None, :], other=0.0)
             b = tl.trans(b_desc.load([b_row, k_at]))                              # [BK, BN]
             if GATED:
                 b_u = tl.trans(b_desc.load([b_row + N_OUT, k_at]))
@@ -188,10 +188,10 @@ def _moe_gemm_kernel(
                 b_u = tl.load(b_ptrs + up)
         else:
             k_ok = (k_lo + it * BLOCK_K + offs_k) < K
-            a = tl.load(a_ptrs, mask=k_ok[None, :], other=0)
-            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0)
+            a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
             if GATED:
-                b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0)
+                b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0.0)
         if CAST_B:                                    # weight-only: 8-bit B, 16-bit A
             b = b.to(a.dtype)
             if GATED:
@@ -328,6 +328,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
             quant="none", a_scale=None, b_scale=None, block_shape=None):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
+    assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
     num_m_blocks = align.max_padded // BM
     if num_m_blocks == 0 or n_out == 0:
         return
@@ -456,54 +457,59 @@ def moe_reduce(y: torch.Tensor, out: torch.Tensor, align: AlignResult) -> torch.
 
 # ----------------------------------------------------------------------------------------
 def default_config(T: int, E: int, N: int, H: int, top_k: int, dtype=torch.bfloat16, *,
-                   gemm: str = "gemm1", gated: bool = True, num_sms: int = 132) -> dict:
+                   gemm: str = "gemm1", gated: bool = True, num_sms: int = 132,
+                   block_shape: Optional[tuple] = None) -> dict:
     """Shape-aware launch config when no tuned one exists.
 
     N = rows of w13 (2I gated, I otherwise); ``gemm`` picks GEMM1 (out I, K = H) or GEMM2
-    (out H, K = I). Both GEMMs get the same BLOCK_SIZE_M (they share one AlignResult).
-    Regimes by m = T*k/E tokens per expert:
-      decode  (m <= 8): memory-bound on weights. BM 16 (the tl.dot minimum); BK 128 so each
-              weight row segment is 256 B (16-byte vector loads, full 128 B lines); BN
-              shrinks until there are >= 2 programs per SM; GEMM2 adds SPLIT_K over K = I
-              for the same reason (Mixtral T=1: 2 experts x 64 n-tiles = 128 programs < 132
-              SMs -> SPLIT_K 4 = 512).
-      middle  (8 < m <= 64): BM 32/64, BN 64/128, BK 64.
-      prefill (m > 64): tensor-core bound. BM 64/128, BN 128 (gemm1: 64 per half, i.e. 128
-              of the 2I outputs with two accumulators), BK 64, GROUP_SIZE_M 8 for L2 reuse,
-              8 warps at BM 128, 3-4 stages.
+    (out H, K = I); ``dtype`` is the operand dtype (fp8/int8: 1 byte); ``block_shape``
+    (bn, bk) of block-quantized operands caps BLOCK_SIZE_K at bk. Both GEMMs get the same
+    BLOCK_SIZE_M (they share one AlignResult). Regimes by m = T*k/E tokens per expert:
+      decode  (m <= 8): memory-bound on weights. BM 16 (the tl.dot minimum); 256-byte
+              weight row segments per K tile (BK 128 bf16) = 16-byte cp.async, full lines;
+              <= 32 KB of weights per stage (gemm1: gate + up tiles). GEMM1 narrows BN until
+              >= 2 programs per SM; GEMM2 keeps BN 64 and splits K = I instead (H200:
+              Mixtral T=1 GEMM1 BN 64 = 448 programs ran at 4.0 TB/s, GEMM2 BN 16 x
+              SPLIT_K 2 at only 2.3 TB/s).
+      middle  (8 < m <= 64): BM 32/64, BN 64/128, BK 64, 4 warps, 4 stages.
+      prefill (m > 64): tensor-core bound. BM 64/128, BN 128 (gemm1: 64 per half = 128 of
+              the 2I outputs with two accumulators), BK 64, GROUP_SIZE_M 8 for L2 reuse,
+              8 warps at BM 128, 3 stages (H200 Mixtral T=4096: 470 / 430 TFLOP/s).
     """
     I = N // 2 if gated else N
     n_out, K = (I, H) if gemm == "gemm1" else (H, I)
     pairs = max(1, T * top_k)
     m = pairs / E
     esize = torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 2
-    bk_bytes = 256 if esize <= 2 else 128               # bytes of one weight row per K tile
+    b_tiles = 2 if (gemm == "gemm1" and gated) else 1
     if m <= 8:
         BM = 16
         active = min(pairs, E) * triton.cdiv(max(1, int(m + 0.999)), BM)  # non-empty m-blocks
-        BK = min(bk_bytes // esize, max(16, triton.next_power_of_2(K)))
-        # <= 32 KB of weights per pipeline stage (gate + up tiles for gemm1): 4 stages then
-        # fit shared memory (BN 128 x BK 128 x 2 tiles x 4 stages = 256 KB does not)
-        b_tiles = 2 if (gemm == "gemm1" and gated) else 1
-        BN = min(128, (32768 // (BK * esize * b_tiles)))
-        while BN > 16 and active * triton.cdiv(n_out, BN) < 2 * num_sms:
-            BN //= 2
+        BK = min(256 // esize, max(32, triton.next_power_of_2(K)))
+        BN = min(64 if gemm == "gemm2" else 128, 32768 // (BK * esize * b_tiles))
         split = 1
         if gemm == "gemm2":
-            while (active * triton.cdiv(n_out, BN) * split < 4 * num_sms
-                   and K // (split * 2) >= 4 * BK and split < 16):
+            while (active * triton.cdiv(n_out, BN) * split < 3 * num_sms
+                   and K // (split * 2) >= 8 * BK and split < 16):
                 split *= 2
-        return dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=BK, GROUP_SIZE_M=1,
-                    num_warps=4, num_stages=4 if esize <= 2 else 3, SPLIT_K=split)
-    if m <= 64:
-        BM = 32 if m <= 24 else 64
-        BN = 64 if (gemm == "gemm1" and gated) else 128
-        return dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=64 if esize <= 2 else 32,
-                    GROUP_SIZE_M=1, num_warps=4, num_stages=4 if esize <= 2 else 3, SPLIT_K=1)
-    BM = 64 if m <= 256 else 128
-    BN = 64 if (gemm == "gemm1" and gated) else 128
-    return dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=64 if esize <= 2 else 32,
-                GROUP_SIZE_M=8, num_warps=8 if BM == 128 else 4, num_stages=3 if esize <= 2 else 2, SPLIT_K=1)
+        while BN > 16 and active * triton.cdiv(n_out, BN) * split < 2 * num_sms:
+            BN //= 2
+        cfg = dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=BK, GROUP_SIZE_M=1,
+                   num_warps=4, num_stages=4 if esize <= 2 else 3, SPLIT_K=split)
+    elif m <= 64:
+        cfg = dict(BLOCK_SIZE_M=32 if m <= 24 else 64, BLOCK_SIZE_N=64 if b_tiles == 2 else 128,
+                   BLOCK_SIZE_K=128 // esize if esize <= 2 else 32, GROUP_SIZE_M=1, num_warps=4,
+                   num_stages=4 if esize <= 2 else 3, SPLIT_K=1)
+    else:
+        BM = 64 if m <= 256 else 128
+        cfg = dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=64 if b_tiles == 2 else 128,
+                   BLOCK_SIZE_K=128 // esize if esize <= 2 else 32, GROUP_SIZE_M=8,
+                   num_warps=8 if BM == 128 else 4, num_stages=3 if esize <= 2 else 2, SPLIT_K=1)
+    if block_shape is not None:
+        bk = block_shape[1]
+        while bk % cfg["BLOCK_SIZE_K"]:
+            cfg["BLOCK_SIZE_K"] //= 2
+    return cfg
 
 
 def moe_forward_triton(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,

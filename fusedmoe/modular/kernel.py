@@ -51,19 +51,21 @@ class ModularKernel:
             # exceeds it so no token is ever dropped.
             self.chunk_size = min(self.chunk_size, experts.max_num_tokens)
         self.config = experts.config
-        self._ws: dict = {}          # (M, topk, device) -> {name: tensor}; at most a few shapes
+        self._ws: dict = {}          # declared buffers -> {name: tensor}; at most a few shapes
 
     # -------------------------------------------------------------------------------------
     def workspace_for(self, M: int, topk: int, device) -> dict:
         """The workspace tensors for a chunk of M tokens (allocated once per shape)."""
         if self.experts.activation_format == ActivationFormat.BATCHED:
             M = self.experts.max_num_tokens
-        key = (M, topk, str(device))
+        # keyed by the declared buffers themselves: their sizes depend on the launch config
+        # (block size, split-K), not only on M, so a config override gets fitting buffers
+        spec = self.experts.workspace(M, topk)
+        key = (tuple((n, tuple(shape), dt) for n, (shape, dt) in spec.buffers.items()), str(device))
         ws = self._ws.get(key)
         if ws is None:
             if len(self._ws) >= 4:      # bound the cache: a serving loop sees few distinct T
                 self._ws.pop(next(iter(self._ws)))
-            spec = self.experts.workspace(M, topk)
             ws = self._ws[key] = {name: torch.empty(shape, dtype=dtype, device=device)
                                   for name, (shape, dtype) in spec.buffers.items()}
         return ws
