@@ -15,14 +15,14 @@ Pairs whose expert is not local (expert_map[g] == -1) or out of range are DROPPE
 never appear, so they cost nothing in the GEMMs and contribute zero.
 
 Algorithm (no atomics, so the result is the same on every run):
-  n <= SMALL_MAX: one program does everything (one launch: decode pays ~4 us, not 3 launches).
+  n <= SMALL_MAX: one program does everything (one launch: decode pays 2-4 us on H200).
     histogram of local ids (bin E_loc collects dropped pairs) -> padded run lengths ->
     exclusive scan = run starts; keys e*CHUNK + i sorted in registers give each pair its
     rank inside its expert; position = start[e] + rank.
   n > SMALL_MAX: the same in three launches over CHUNK-sized chunks:
     1. count:   histogram per chunk                      -> counts [C, E_BINS]
-    2. scan:    one program: run starts, per-(chunk, expert) base positions, expert_ids,
-                sentinel fill of padding                 -> base [C, E_BINS]
+    2. scan:    one program: run starts, per-(chunk, expert) base positions, expert_ids
+                (binary search over run ends), sentinel fill -> base [C, E_BINS]
     3. scatter: per chunk, sort keys, position = base[c, e] + rank in chunk.
 """
 from __future__ import annotations
@@ -36,10 +36,16 @@ import triton.language as tl
 
 __all__ = ["AlignResult", "align_block_size", "max_padded_size", "SMALL_MAX", "CHUNK"]
 
-# One CTA sorts up to SMALL_MAX keys in registers (32 per thread at 4 warps); above this
-# the 3-launch path spreads the pairs over n/CHUNK programs.
-SMALL_MAX = 4096
-CHUNK = 1024
+# One program handles n <= SMALL_MAX pairs; above, 3 launches over n/chunk programs.
+# H200 (CUDA graph, E=128): n=128 one program 4.3 us; n=1024 one program 10.8 us vs
+# chunked(128) 8.6 us; n=8192 chunk 512 11.6 us (256: 13.5); n=131072 chunk 1024 37 us
+# (256: 100 us, the single-program scan then loops over 512 chunks).
+SMALL_MAX = 512
+CHUNK = None          # None: chosen by n, see _chunk_for
+
+
+def _chunk_for(n: int) -> int:
+    return 128 if n <= 4096 else (512 if n <= 16384 else 1024)
 
 
 @dataclass
@@ -199,7 +205,7 @@ def _align_scatter_kernel(ids_ptr, map_ptr, base_ptr, sorted_ids_ptr, n, num_glo
 def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
                      expert_map: Optional[torch.Tensor] = None, *,
                      out: Optional[AlignResult] = None,
-                     small_max: int = SMALL_MAX, chunk: int = CHUNK) -> AlignResult:
+                     small_max: int = SMALL_MAX, chunk: Optional[int] = CHUNK) -> AlignResult:
     """Group the n = T*k pairs of ``topk_ids`` [T, k] by local expert, padded to ``block_m``.
 
     ``num_experts`` is E_loc (w13.shape[0]); ``expert_map`` int32 [E_g] maps global ids to
@@ -234,6 +240,7 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
                                   FILL_B=fill_b,
                                   num_warps=4 if block <= 1024 else 8)
         return out
+    chunk = chunk or _chunk_for(n)
     num_chunks = triton.cdiv(n, chunk)
     scratch = torch.empty((2, num_chunks, e_bins), dtype=torch.int32, device=dev)  # counts, base
     _align_count_kernel[(num_chunks,)](ids, emap, scratch[0], n, n_global, num_experts,

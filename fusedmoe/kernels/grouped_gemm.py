@@ -13,7 +13,7 @@ program (pid_m, pid_n) takes BM slots of ONE expert from sorted_ids, gathers the
 
 GEMM1 fuses the gated activation: each program holds two accumulators, gate (w13 rows n)
 and up (rows I + n), so the [n, 2I] pre-activation never reaches memory (saves writing
-and reading 2 * n * 2I bytes: 400 MB at T=4096, k=8, I=768... in bf16 ~0.13 ms on H100).
+and re-reading it: 2 x 100 MB in bf16 at T=4096, k=8, I=768, ~60 us of HBM time).
 The weights are always in halves layout here (backends de-interleave swigluoai once).
 
 GEMM2 multiplies the routing weight in its epilogue, then reduces over k either
@@ -30,8 +30,10 @@ divide bk); the others once after it. int8 x int8 accumulates in int32; a 16-bit
 an 8-bit B (weight-only) casts B to A's dtype in the loop.
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K). BLOCK_SIZE_M must divide the AlignResult's block_m. See
-``default_config`` for the decode and prefill regimes.
+num_stages, SPLIT_K[, USE_TMA]). BLOCK_SIZE_M must divide the AlignResult's block_m;
+SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles through a host-side TMA
+descriptor (triton >= 3.4; falls back to pointer loads when the weight is not contiguous
+or 16-byte aligned). See ``default_config`` for the decode and prefill regimes.
 """
 from __future__ import annotations
 
@@ -370,7 +372,10 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     ``activation``: silu (``swiglu_limit`` clamps), gelu, gelu_tanh, swigluoai (``alpha``,
     ``limit``), relu2_no_mul, silu_no_mul, gelu_no_mul. Rows of dropped slots are not
     written. ``out`` defaults to [n, I] in x's dtype (bf16 for fp8/int8 x).
-    config SPLIT_K must be 1 (the activation is not linear).
+    config SPLIT_K is ignored (the activation is not linear).
+    Quantized operands: ``quant`` 'tensor' (a_scale [1], b_scale [E]), 'channel' (a_scale
+    [T, 1], b_scale [E, N]), 'block' (a_scale [T, H/bk], b_scale [E, N/bn, H/bk],
+    ``block_shape`` = (bn, bk)); a_scale None = 16-bit x with 8-bit weights (weight-only).
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
@@ -411,6 +416,7 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
     'deterministic' (bitwise reproducible) or 'atomic'. ``workspace`` as described by
     ``gemm2_workspace_spec`` (allocated when None). Tokens with no kept slot get zeros.
+    ``quant`` / scales as in ``gemm1_act`` with M = n rows of h and K = I.
     """
     T, k = topk_weights.shape
     H = w2.shape[1]
@@ -468,13 +474,14 @@ def default_config(T: int, E: int, N: int, H: int, top_k: int, dtype=torch.bfloa
       decode  (m <= 8): memory-bound on weights. BM 16 (the tl.dot minimum); 256-byte
               weight row segments per K tile (BK 128 bf16) = 16-byte cp.async, full lines;
               <= 32 KB of weights per stage (gemm1: gate + up tiles). GEMM1 narrows BN until
-              >= 2 programs per SM; GEMM2 keeps BN 64 and splits K = I instead (H200:
-              Mixtral T=1 GEMM1 BN 64 = 448 programs ran at 4.0 TB/s, GEMM2 BN 16 x
-              SPLIT_K 2 at only 2.3 TB/s).
+              >= 2 programs per SM; GEMM2 keeps BN 64 and splits K = I instead (H200,
+              Mixtral T=1: GEMM1 BN 64 = 448 programs, 116 us = 4.0 TB/s; GEMM2 BN 64 x
+              SPLIT_K 4 = 512 programs, 67 us = 3.5 TB/s, where BN 16 x SPLIT_K 2 took 104 us).
       middle  (8 < m <= 64): BM 32/64, BN 64/128, BK 64, 4 warps, 4 stages.
       prefill (m > 64): tensor-core bound. BM 64/128, BN 128 (gemm1: 64 per half = 128 of
               the 2I outputs with two accumulators), BK 64, GROUP_SIZE_M 8 for L2 reuse,
-              8 warps at BM 128, 3 stages (H200 Mixtral T=4096: 470 / 430 TFLOP/s).
+              8 warps at BM 128, 3 stages (H200 Mixtral T=4096: GEMM1 465, GEMM2 418
+              TFLOP/s; USE_TMA=True took GEMM2 from 2.30 to 2.11 ms, GEMM1 unchanged).
     """
     I = N // 2 if gated else N
     n_out, K = (I, H) if gemm == "gemm1" else (H, I)
