@@ -29,6 +29,9 @@ QUANT_MODE = {QuantMethod.NONE: "none", QuantMethod.FP8_TENSOR: "tensor", QuantM
 _8BIT_DTYPE = {QuantMethod.FP8_TENSOR: torch.float8_e4m3fn, QuantMethod.FP8_CHANNEL: torch.float8_e4m3fn,
                QuantMethod.FP8_BLOCK: torch.float8_e4m3fn, QuantMethod.INT8_CHANNEL: torch.int8}
 BUCKETS = (1, 16, 64, 256, 1024, 4096, 16384)
+# fp8 tensor cores arrive with sm89 (Ada/Hopper); int8 ones with sm80
+QUANT_MIN_SM = {QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMethod.FP8_BLOCK: 89,
+                QuantMethod.INT8_CHANNEL: 80}
 
 
 def deinterleave_rows(t: torch.Tensor) -> torch.Tensor:
@@ -167,8 +170,7 @@ SPEC = register(BackendSpec(
                 "k-reduction after GEMM2; decode (split-K) and prefill tile regimes",
     make_experts=_make,
     quant_methods=frozenset(QUANT_MODE),
-    quant_min_sm={QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMethod.FP8_BLOCK: 89,
-                  QuantMethod.INT8_CHANNEL: 80},
+    quant_min_sm=QUANT_MIN_SM,
     min_sm=80,
     needs_triton=True,
     check=_check,

@@ -14,7 +14,7 @@ from ..config import MoEConfig, QuantMethod
 from ..modular.interfaces import ActivationFormat, BatchedWeightAndReduce, Experts, WorkspaceSpec
 from ..modular.prepare_finalize import quantize_activation
 from .registry import BackendSpec, register
-from .triton import QUANT_MODE, _check, convert_weights
+from .triton import QUANT_MIN_SM, QUANT_MODE, _check, convert_weights
 
 
 class TritonBatchedExperts(Experts):
@@ -66,8 +66,7 @@ SPEC = register(BackendSpec(
                 "graph-friendly decode and the EP low-latency layout",
     make_experts=_make,
     quant_methods=frozenset(QUANT_MODE),
-    quant_min_sm={QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMethod.FP8_BLOCK: 89,
-                  QuantMethod.INT8_CHANNEL: 80},
+    quant_min_sm=QUANT_MIN_SM,
     formats=frozenset({ActivationFormat.BATCHED}),
     min_sm=80,
     needs_triton=True,
