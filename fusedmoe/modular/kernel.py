@@ -18,7 +18,7 @@ import torch
 
 from .. import env
 from ..errors import ConfigError, InputError
-from .interfaces import ActivationFormat, Experts, PrepareFinalize
+from .interfaces import ActivationFormat, Experts, NoOpWeightAndReduce, PrepareFinalize
 
 __all__ = ["ModularKernel"]
 
@@ -81,6 +81,7 @@ class ModularKernel:
         k = topk_ids.shape[1]
         out = torch.empty_like(x)                                            # [T, H]
         wr = self.experts.weight_and_reduce()
+        alias_out = isinstance(wr, NoOpWeightAndReduce)
         on_input = self.config.routing.apply_router_weight_on_input
         C = self.chunk_size
         for s in range(0, T, C):
@@ -88,6 +89,10 @@ class ModularKernel:
             xs, tw, ti = x[s:e], topk_weights[s:e], topk_ids[s:e]
             prep = self.prepare_finalize.prepare(xs, tw, ti, self.config, self.experts, expert_map)
             ws = self.workspace_for(e - s, k, x.device)
+            if alias_out and ws["out"].shape == out[s:e].shape and ws["out"].dtype == out.dtype:
+                # experts that already weight and reduce write straight into the caller's
+                # output rows: no [T, H] copy in finalize (NoOp sees the same storage)
+                ws = dict(ws, out=out[s:e])
             fused = self.experts.apply(prep, ws, expert_map)
             self.prepare_finalize.finalize(out[s:e], fused, prep, wr, on_input)
         if self.shared_experts is not None:
