@@ -79,6 +79,7 @@ class TritonExperts(Experts):
         self.reduce = "deterministic"           # the atomic variant is kept for measurement only
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
+        self._specs: dict = {}
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
     def configs(self, T: int):
@@ -88,10 +89,20 @@ class TritonExperts(Experts):
         return c1, c2
 
     def workspace(self, M, topk):
+        # called per forward (it keys the framework's buffer cache): memoized per launch config
+        c1, c2 = self.configs(M)
+        key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1))    # all the spec depends on
+        spec = self._specs.get(key)
+        if spec is None:
+            if len(self._specs) > 64:
+                self._specs.clear()
+            spec = self._specs[key] = self._workspace(M, topk, c1, c2)
+        return spec
+
+    def _workspace(self, M, topk, c1, c2):
         from ..kernels.align import max_padded_size
         from ..kernels.grouped_gemm import gemm2_workspace_spec
         c = self.config
-        c1, c2 = self.configs(M)
         bm = c1["BLOCK_SIZE_M"]
         mp = max_padded_size(M * topk, bm, c.num_local_experts)
         dt = c.torch_dtype
