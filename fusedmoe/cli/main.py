@@ -273,7 +273,7 @@ def main(argv=None) -> int:
     try:
         return int(args.func(args) or 0)
     except (FusedMoEError, ValueError, TypeError) as e:
-        msg = str(e).strip()
+        msg = " ".join(line.strip() for line in str(e).strip().splitlines())   # one line, always
         print(f"fusedmoe {args.command}: error: {msg}", file=sys.stderr)
         return 2
 
