@@ -1,0 +1,39 @@
+"""Meta-tests: every kernel has a reference, a test and a benchmark entry; every backend is tested.
+
+These fail when someone adds a kernel module or a backend without the rest (STYLE.md rule 5).
+"""
+import importlib.util
+import pathlib
+
+from fusedmoe.backends.registry import BUILTIN_MODULES
+from fusedmoe.config import Activation
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _bench_kernels():
+    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks" / "bench_kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_kernel_module_has_reference_test_and_benchmark_entry():
+    kernels = {p.stem for p in (ROOT / "fusedmoe" / "kernels").glob("*.py") if p.stem != "__init__"}
+    entries = _bench_kernels().KERNELS
+    assert kernels == set(entries), f"kernel modules without a benchmark entry: {kernels - set(entries)}; " \
+                                    f"entries without a module: {set(entries) - kernels}"
+    for name, e in entries.items():
+        assert (ROOT / e.reference.split(" ")[0]).is_file(), (name, e.reference)
+        assert (ROOT / e.test).is_file(), (name, e.test)
+
+
+def test_every_builtin_backend_is_exercised_by_the_backend_tests():
+    text = (ROOT / "tests" / "test_backends.py").read_text() + (ROOT / "tests" / "conftest.py").read_text()
+    for name in BUILTIN_MODULES:
+        assert f'"{name}"' in text or "registered()" in text, name
+
+
+def test_every_activation_has_a_kernel_epilogue():
+    from fusedmoe.kernels.grouped_gemm import ACTIVATIONS
+    assert {a.value for a in Activation} == set(ACTIVATIONS)
