@@ -4,6 +4,7 @@ These fail when someone adds a kernel module or a backend without the rest (STYL
 """
 import importlib.util
 import pathlib
+import sys
 
 from fusedmoe.backends.registry import BUILTIN_MODULES
 from fusedmoe.config import Activation
@@ -14,6 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def _bench_kernels():
     spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks" / "bench_kernels.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_kernels"] = mod          # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
