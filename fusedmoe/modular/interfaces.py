@@ -132,7 +132,10 @@ class ContiguousWeightAndReduce(WeightAndReduce):
 
 class BatchedWeightAndReduce(WeightAndReduce):
     """fused_out [E_loc, T_max, H] unweighted -> weight each row by its slot's weight and
-    scatter-add into [T, H] (rows of padding carry slot -1 and are dropped)."""
+    sum each token's slots into [T, H] (rows of padding carry slot -1 and are dropped).
+
+    Deterministic: rows are first placed at their slot (each slot appears once) in a
+    [T*k, H] buffer, then summed over k in a fixed order; no atomics."""
 
     def apply(self, output, fused_out, topk_weights, topk_ids, apply_router_weight_on_input, batched_slots=None):
         assert batched_slots is not None, "batched finalize needs the slot map from prepare"
@@ -141,16 +144,15 @@ class BatchedWeightAndReduce(WeightAndReduce):
         slots = batched_slots.slot_of_row.reshape(-1).long()               # [E_loc*T_max]
         rows = fused_out.reshape(-1, H).float()                            # [E_loc*T_max, H]
         valid = slots >= 0
-        safe = torch.where(valid, slots, torch.zeros_like(slots))
-        w = topk_weights.reshape(-1)[safe]                                 # [E_loc*T_max]
+        dest = torch.where(valid, slots, torch.full_like(slots, T * k))    # padding -> trash row
+        w = topk_weights.reshape(-1).float()[dest.clamp(max=T * k - 1)]    # [E_loc*T_max]
         if apply_router_weight_on_input:
             w = torch.ones_like(w)
-        w = torch.where(valid, w, torch.zeros_like(w))
         # padding rows may hold garbage (even NaN): select, don't multiply by zero.
         contrib = torch.where(valid.unsqueeze(1), rows * w.unsqueeze(1), torch.zeros_like(rows))
-        acc = torch.zeros(T, H, dtype=torch.float32, device=fused_out.device)
-        acc.index_add_(0, torch.div(safe, k, rounding_mode="floor"), contrib)
-        output.copy_(acc)
+        per_slot = torch.zeros(T * k + 1, H, dtype=torch.float32, device=fused_out.device)
+        per_slot.index_copy_(0, dest, contrib)                             # slots never collide
+        output.copy_(per_slot[:-1].view(T, k, H).sum(dim=1))
         return output
 
 
