@@ -72,6 +72,16 @@ Pair = tuple  # (gemm1_cfg: dict, gemm2_cfg: dict)
 # ----------------------------------------------------------------------------------------------
 # names and places
 # ----------------------------------------------------------------------------------------------
+#: devices whose tuned files stand in for each other when a device has none of its own
+#: (same SM architecture and tile economics; the H200 only has more memory bandwidth)
+SIBLING_DEVICES = {
+    "NVIDIA_H200": ("NVIDIA_H100_80GB_HBM3",),
+    "NVIDIA_H100_80GB_HBM3": ("NVIDIA_H200",),
+    "NVIDIA_H100": ("NVIDIA_H100_80GB_HBM3", "NVIDIA_H200"),
+    "NVIDIA_H100_NVL": ("NVIDIA_H100_80GB_HBM3", "NVIDIA_H200"),
+}
+
+
 def config_tag(scheme, dtype) -> str:
     """The ``dtype=`` field of a file name: dtype name for scheme 'none', else the scheme method."""
     s = QuantScheme.parse(scheme)
@@ -288,6 +298,22 @@ class LaunchConfigs:
                 lc = cls._from_file(path, E, N, H, top_k, tag, fname, default_fn)
                 lc.gated = gated
                 return lc
+        # A sibling chip (same SM architecture, e.g. H100 <-> H200) is a better start than the
+        # generic defaults: use its file, and say so in the selection report.
+        for sib in SIBLING_DEVICES.get(plat.device_name, ()):
+            sname = config_file_name(E, N, sib, s, dtype)
+            for d in dirs:
+                path = os.path.join(d, sname)
+                if os.path.isfile(path):
+                    lc = cls._from_file(path, E, N, H, top_k, tag, sname, default_fn)
+                    lc.gated = gated
+                    lc.notes = (*lc.notes, f"no file tuned on {plat.device_name}; using the one tuned on {sib} "
+                                           f"(same SM architecture): run `fusedmoe tune` here for the best configs")
+                    lc.source = f"sibling:{path}"
+                    if plat.kind == "cuda" and fname not in _WARNED:
+                        _WARNED.add(fname)
+                        log.warning("fusedmoe: %s", lc.notes[-1])
+                    return lc
         msg = (f"no tuned launch config {fname!r} (looked in: {', '.join(dirs)}); using shape-aware "
                f"defaults, performance may be sub-optimal. Run `fusedmoe tune` on this GPU and put the "
                f"file in FUSEDMOE_CONFIG_DIR.")

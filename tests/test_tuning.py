@@ -400,3 +400,34 @@ def test_gpu_tune_writes_a_file_the_backend_loads(tmp_path, monkeypatch):
     assert data["meta"]["points"]["1"]["rel_err"] is not None
     monkeypatch.setenv("FUSEDMOE_CONFIG_DIR", str(tmp_path))
     assert LaunchConfigs.for_config(c).is_tuned
+
+
+# ------------------------------------------------------------------------------------------- sibling devices
+def test_h200_uses_the_h100_file_when_it_has_none(isolated, caplog):
+    # edge: no file for the H200; the H100's (same SM architecture) is a better start than defaults
+    _, pkg = isolated
+    write(pkg, config_file_name(8, 14336, "NVIDIA_H100_80GB_HBM3"), table(1, 256))
+    h200 = Platform.preset("h200")
+    with caplog.at_level(logging.WARNING, logger="fusedmoe"):
+        lc = LaunchConfigs.load(h200, 8, 14336, 4096, 2, "none", "bfloat16", default_fn=fake_default)
+    assert lc.is_tuned and lc.source.startswith("sibling:")
+    assert any("tuned on NVIDIA_H100_80GB_HBM3" in n for n in lc.notes)
+    assert "NVIDIA_H100_80GB_HBM3" in lc.describe()
+    assert lc.get(200)[0]["BLOCK_SIZE_M"] == 16 and lc.get(2)[0]["BLOCK_SIZE_M"] == 1   # the T=256 / T=1 entries
+    assert fake_default.calls == []
+    assert sum("tuned on NVIDIA_H100" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_own_file_beats_the_sibling(isolated):
+    _, pkg = isolated
+    write(pkg, config_file_name(8, 14336, "NVIDIA_H100_80GB_HBM3"), table(1))
+    write(pkg, config_file_name(8, 14336, "NVIDIA_H200"), {"triton_version": "3.6.0", "1": cfg(32)})
+    lc = LaunchConfigs.load(Platform.preset("h200"), 8, 14336, 4096, 2, "none", "bfloat16", default_fn=fake_default)
+    assert lc.source.startswith("tuned:") and lc.get(1)[0]["BLOCK_SIZE_M"] == 32
+
+
+def test_unrelated_device_gets_defaults(isolated):
+    _, pkg = isolated
+    write(pkg, config_file_name(8, 14336, "NVIDIA_H100_80GB_HBM3"), table(1))
+    lc = LaunchConfigs.load(Platform.preset("a100"), 8, 14336, 4096, 2, "none", "bfloat16", default_fn=fake_default)
+    assert not lc.is_tuned and lc.source == "default"
