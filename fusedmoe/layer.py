@@ -23,7 +23,7 @@ from torch import nn
 from . import env
 from .backends.registry import get_spec
 from .config import MoEConfig, QuantScheme
-from .errors import ConfigTypeError, InputError
+from .errors import ConfigError, ConfigTypeError, InputError
 from .modular import LocalBatched, ModularKernel, NoEP
 from .modular.interfaces import ActivationFormat
 from .oracle import Selection, select_backend
@@ -233,7 +233,23 @@ class FusedMoE(nn.Module):
         self.prepared = prepare_experts(config, weights, backend, platform=platform, deterministic=deterministic,
                                         fmt=fmt, max_num_tokens=max_num_tokens)
         self.register_buffer("correction_bias", correction_bias, persistent=False)
+        # the tensors the kernels actually read (after the backend's layout conversion), so
+        # state_dict() holds them; they are views of the same storage, not copies
+        for name, t in self.prepared.weights.tensors().items():
+            self.register_buffer(name, t)
         self._handle = _register(self.prepared)
+
+    def _apply(self, fn, recurse=True):
+        # .to(other device) / .half() would replace the buffers but not what the selected
+        # kernels hold: refuse instead of silently running on stale weights
+        w = self.prepared.weights.w13
+        moved = fn(w)
+        if moved is not w and (moved.device != w.device or moved.dtype != w.dtype):
+            raise ConfigError("FusedMoE.to", f"{w.device}/{w.dtype} -> {moved.device}/{moved.dtype}",
+                              "the device and dtype chosen at construction",
+                              "build FusedMoE on the target device with the target weights (the backend is "
+                              "selected and the weights converted for that device)", problem="cannot move")
+        return super()._apply(fn, recurse)
 
     def __setstate__(self, state):
         # a copy (deepcopy / pickle) owns its own PreparedExperts: give it its own op handle

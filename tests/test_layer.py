@@ -372,3 +372,16 @@ def test_compile_with_grad_enabled(mk):
     torch._dynamo.reset()
     eager = block(x).detach()
     assert rel_error(torch.compile(block, fullgraph=True, backend="aot_eager")(x).detach(), eager) <= 1e-4
+
+
+def test_state_dict_holds_the_weights_and_moving_is_refused(mk):
+    # edge: the selected kernels hold converted weights; .to()/.half() must not silently desync
+    from fusedmoe.errors import ConfigError
+    cfg = mk.config(E=8, k=2, H=64, I=32, dtype="float32")
+    w = mk.weights(cfg, seed=61)
+    layer = FusedMoE(cfg, w, backend="torch_ref")
+    sd = layer.state_dict()
+    assert {"w13", "w2"} <= set(sd) and torch.equal(sd["w13"], w.w13)
+    assert layer.to("cpu") is layer                  # a no-op move is fine
+    with pytest.raises(ConfigError, match="FusedMoE.to"):
+        layer.half()
