@@ -30,6 +30,8 @@ from .oracle import Selection, select_backend
 from .platform import Platform
 from .weights import ExpertWeights
 
+BATCHED_DEFAULT_MAX_TOKENS = 256
+
 __all__ = ["PreparedExperts", "prepare_experts", "fused_experts", "FusedMoE", "platform_for"]
 
 
@@ -113,7 +115,10 @@ def prepare_experts(config: MoEConfig, weights: ExpertWeights, backend: str = "a
     fmt = ActivationFormat(fmt)
     plat = platform_for(weights.device, platform)
     if fmt == ActivationFormat.BATCHED and max_num_tokens is None:
-        max_num_tokens = chunk_size or env.chunk_size()
+        # the batched buffer is [E_loc, T_max, H]: T_max = the chunk would be 60 GB for
+        # DeepSeek-V3 at 16384; 256 tokens per chunk is the decode-sized default (vLLM's DP
+        # chunk is 256 too) and T is chunked to it
+        max_num_tokens = min(chunk_size or env.chunk_size(), BATCHED_DEFAULT_MAX_TOKENS)
     sel = select_backend(config, weights.scheme, plat, backend, fmt=fmt, deterministic=deterministic)
     spec = get_spec(sel.winner)
     if spec.convert_weights is not None:
