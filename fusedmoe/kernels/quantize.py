@@ -386,24 +386,24 @@ def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor]
     return q, s
 
 
+def _quant_token(x, dtype, qtype, out, out_scale, counts):
+    q = out if out is not None else torch.empty(x.shape, dtype=dtype, device=x.device)
+    s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
+                                                            device=x.device)
+    _launch_rows(x, q, s, "token", qtype, counts)
+    return q, s
+
+
 def quant_fp8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., 1]); scale per row = amax / 448."""
-    q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-    s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
-                                                            device=x.device)
-    _launch_rows(x, q, s, "token", "fp8", counts)
-    return q, s
+    return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts)
 
 
 def quant_int8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                      out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None):
     """x float [..., K] -> (int8 [..., K], fp32 [..., 1]); scale = amax / 127, round half to even."""
-    q = out if out is not None else torch.empty(x.shape, dtype=torch.int8, device=x.device)
-    s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
-                                                            device=x.device)
-    _launch_rows(x, q, s, "token", "int8", counts)
-    return q, s
+    return _quant_token(x, torch.int8, "int8", out, out_scale, counts)
 
 
 def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
