@@ -498,7 +498,10 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
                     if fits(bm, bn, bk, st):
                         out.append({**t, "num_warps": w, "num_stages": st})
     elif stage == "split":
-        if gemm == "gemm2" and small:  # GEMM1's activation is not linear: it never splits K
+        # GEMM1's activation is not linear: it never splits K. GEMM2 up to 64 tokens per expert
+        # is still weight-bound, and with few experts (Mixtral: 8 x H/BN programs) it may not
+        # fill the SMs without splitting its long K = I
+        if gemm == "gemm2" and m <= 64:
             for t in tiles:
                 for sk in splits:
                     if k_in // sk >= 2 * t["BLOCK_SIZE_K"]:

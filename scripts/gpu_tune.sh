@@ -5,6 +5,8 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/configs"
 quant=${QUANT:-none}; per=${PER_POINT_S:-80}
+# start from the shipped files: the tuner merges new T entries into an existing file
+cp -n fusedmoe/kernels/configs/*.json "$OUT/configs/" 2>/dev/null || true
 # preset:tp:T, most valuable first
 for point in ${POINTS:-mixtral-8x7b:1:1024 qwen3-30b-a3b:1:4096 deepseek-v3:8:1024 mixtral-8x7b:1:256 qwen3-30b-a3b:1:16384 deepseek-v3:8:4096 mixtral-8x7b:1:4096 qwen3-30b-a3b:1:1 deepseek-v3:8:1 mixtral-8x7b:1:16384 deepseek-v3:8:16384 qwen3-30b-a3b:1:1024 qwen3-30b-a3b:1:256 deepseek-v3:8:64 mixtral-8x7b:1:1}; do
   IFS=: read -r model tp T <<< "$point"

@@ -44,7 +44,15 @@ def _routed(cfg, T, seed=1, skew_to=None):
 def _check(cfg, w, x, tw, ti, backend="triton", fmt="standard", **kw):
     pe = prepare_experts(cfg, w, backend, fmt=fmt, **kw)
     out = pe(x, tw, ti)
-    ref = reference_moe(x, w, tw, ti, cfg)
+    C = pe.kernel.chunk_size
+    if w.scheme.method == "fp8_tensor" and w.a13_scale is None and x.shape[0] > C:
+        # a dynamic per-TENSOR activation scale is computed per chunk (documented in
+        # modular/kernel.py): the reference must quantize the same chunks (two different
+        # e4m3 roundings of x and h differ by ~5%, more than the 4% tolerance)
+        ref = torch.cat([reference_moe(x[i:i + C], w, tw[i:i + C], ti[i:i + C], cfg)
+                         for i in range(0, x.shape[0], C)])
+    else:
+        ref = reference_moe(x, w, tw, ti, cfg)
     err = rel_error(out, ref)
     assert err <= tolerance(cfg.dtype, w.scheme.method), (backend, fmt, err)
     assert torch.isfinite(out).all()
