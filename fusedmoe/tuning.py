@@ -18,7 +18,8 @@ Lookup rules:
 - ``override(...)`` (context manager) wins over everything.
 - Files are searched in ``FUSEDMOE_CONFIG_DIR`` first, then ``fusedmoe/kernels/configs/``;
   the first file with the exact name is used.
-- The token-count key nearest to T is used (absolute distance, as vLLM does); on a tie the
+- The token-count key nearest to T is used (absolute distance, as vLLM does), if it lies
+  within a factor ``MAX_KEY_RATIO`` (4) of T; otherwise the shape-aware default. On a tie the
   LARGER key wins: its tiles were tuned for at least as many tokens per expert, and a BLOCK_M
   that is too large only wastes masked rows, while one tuned for fewer tokens can starve the
   tensor cores.
@@ -185,6 +186,12 @@ def _parse_table(data, where: str) -> dict:
         raise ConfigError(where, "no token-count keys", "at least one entry like \"16\": {\"gemm1\": ..., \"gemm2\": ...}",
                           "rerun `fusedmoe tune` or delete the file", problem="has no configs")
     return table
+
+
+#: a tuned entry serves T only within this factor of its key; beyond it the tiles belong to
+#: another regime (a file tuned at T=4096 alone must not give decode BLOCK_M 64 x BLOCK_N 256,
+#: and Mixtral T=64 ran 30% slower on the T=1 entry than on the shape-aware default)
+MAX_KEY_RATIO = 4
 
 
 def _nearest_key(keys: Sequence[int], T: int) -> int:
@@ -370,7 +377,10 @@ class LaunchConfigs:
 
     def _lookup(self, T: int) -> Pair:
         if self._keys:
-            return self.table[_nearest_key(self._keys, T)]
+            key = _nearest_key(self._keys, T)
+            if max(key, 1) <= MAX_KEY_RATIO * max(T, 1) and max(T, 1) <= MAX_KEY_RATIO * max(key, 1):
+                return self.table[key]
+            # the nearest tuned T is in another regime (decode vs prefill tiles): defaults
         pair = self._cache.get(T)
         if pair is None:
             if self.default_fn is not None:
@@ -452,7 +462,9 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     a_b, w_b = _bytes_per_elem(s, dtype)
     b_tiles = 2 if gemm == "gemm1" and gated else 1
     m = _tokens_per_active_expert(T, E, top_k)
-    cap = min(128, max(16, _next_pow2(m)))
+    # routing is uneven: the busiest expert gets ~2x the mean, and a BLOCK_M below its count
+    # makes it read its weights twice (Mixtral T=64, 16/expert: BM 32 beat every BM 16)
+    cap = min(128, max(16, _next_pow2(2 * m)))
     bms = space.get("BLOCK_SIZE_M") or sorted({max(16, cap // 2), cap})
     if bm_divides:
         bms = [b for b in bms if b <= bm_divides and bm_divides % b == 0] or [bm_divides]
@@ -719,11 +731,16 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
             except Exception as e:  # the default itself cannot launch: report, do not fail the tuning
                 default_us = None
                 pt.failures.append(f"default config failed: {e}")
+            kept_default = default_us is not None and default_us < tuned_us
+            if kept_default:   # the search space missed the default's tiles: never write a regression
+                pt = PointResult(T, default_pair[0], default_pair[1], pt.rel_err, pt.timed, pt.failures)
+                tuned_us = default_us
             results[T] = {"gemm1": pt.gemm1, "gemm2": pt.gemm2}
             points[str(T)] = {"tuned_us": round(tuned_us, 3),
                               "default_us": None if default_us is None else round(default_us, 3),
                               "speedup_vs_default": round(default_us / tuned_us, 3) if default_us else None,
-                              "rel_err": pt.rel_err, "candidates": pt.timed, "failed": len(pt.failures)}
+                              "rel_err": pt.rel_err, "candidates": pt.timed, "failed": len(pt.failures),
+                              "kept_default": kept_default}
             for f_ in pt.failures:
                 log.debug("tune T=%d: %s", T, f_)
     bar.close()

@@ -111,6 +111,17 @@ def test_get_uses_nearest_key(isolated):
     assert fake_default.calls == []
 
 
+def test_far_key_falls_back_to_defaults(isolated):
+    # a file tuned at T=4096 alone must not hand its prefill tiles to decode
+    user, _ = isolated
+    write(user, config_file_name(8, 14336, DEV), table(4096))
+    lc = load()
+    tuned = lc.table[4096][0]                  # table(4096) gives BM 16; fake_default 64 here
+    assert lc.get(1024)[0] is tuned and lc.get(16384)[0] is tuned
+    assert lc.get(1023)[0]["BLOCK_SIZE_M"] == 64 and lc.get(16385)[0]["BLOCK_SIZE_M"] == 64
+    assert fake_default.calls == [1023, 16385]
+
+
 # ------------------------------------------------------------------------------------------- search order
 def test_config_dir_overrides_package(isolated):
     user, pkg = isolated
