@@ -477,7 +477,8 @@ def default_config(T: int, E: int, N: int, H: int, top_k: int, dtype=torch.bfloa
               >= 2 programs per SM; GEMM2 keeps BN 64 and splits K = I instead (H200,
               Mixtral T=1: GEMM1 BN 64 = 448 programs, 116 us = 4.0 TB/s; GEMM2 BN 64 x
               SPLIT_K 4 = 512 programs, 67 us = 3.5 TB/s, where BN 16 x SPLIT_K 2 took 104 us).
-      middle  (8 < m <= 64): BM 32/64, BN 64/128, BK 64, 4 warps, 4 stages.
+      middle  (8 < m <= 64): BM = next_pow2(2m) (the busiest expert fits one M block),
+              BN 64/128, BK 64, 4 warps, 4 stages.
       prefill (m > 64): tensor-core bound. BM 64/128, BN 128 (gemm1: 64 per half = 128 of
               the 2I outputs with two accumulators), BK 64, GROUP_SIZE_M 8 for L2 reuse,
               8 warps at BM 128, 3 stages (H200 Mixtral T=4096: GEMM1 465, GEMM2 418
@@ -504,7 +505,10 @@ def default_config(T: int, E: int, N: int, H: int, top_k: int, dtype=torch.bfloa
         cfg = dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=BK, GROUP_SIZE_M=1,
                    num_warps=4, num_stages=4 if esize <= 2 else 3, SPLIT_K=split)
     elif m <= 64:
-        cfg = dict(BLOCK_SIZE_M=32 if m <= 24 else 64, BLOCK_SIZE_N=64 if b_tiles == 2 else 128,
+        # still weight-bound: BLOCK_M covers the busiest expert (~2x the mean under uneven
+        # routing) so that no expert's weights are streamed twice
+        cfg = dict(BLOCK_SIZE_M=min(128, triton.next_power_of_2(int(2 * m + 0.999))),
+                   BLOCK_SIZE_N=64 if b_tiles == 2 else 128,
                    BLOCK_SIZE_K=128 // esize if esize <= 2 else 32, GROUP_SIZE_M=1, num_warps=4,
                    num_stages=4 if esize <= 2 else 3, SPLIT_K=1)
     else:
