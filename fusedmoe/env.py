@@ -11,6 +11,12 @@ callers read them outside the forward pass (at construction / selection time).
 | FUSEDMOE_CONFIG_DIR         | folder of tuned launch-config JSON files, searched first      |
 | FUSEDMOE_DEBUG              | 1: run data-dependent input checks (these sync the device)    |
 | FUSEDMOE_LOG_LEVEL          | log level of the ``fusedmoe`` logger (default WARNING)        |
+| FUSEDMOE_FAST_LAUNCH        | 0: every Triton launch goes through ``kernel[grid](...)``     |
+|                             | (no cached launcher, kernels/launcher.py; default 1)          |
+
+FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
+launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ
+would cost about as much as the launch it saves).
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from .errors import ConfigError
 DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
-             "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL")
+             "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH")
 
 
 def backend() -> str | None:
@@ -55,6 +61,11 @@ def config_dir() -> str | None:
 
 def debug() -> bool:
     return os.environ.get("FUSEDMOE_DEBUG", "0").strip() not in ("", "0", "false", "False")
+
+
+def fast_launch() -> bool:
+    """False when FUSEDMOE_FAST_LAUNCH is 0/false: no cached Triton launches (on by default)."""
+    return os.environ.get("FUSEDMOE_FAST_LAUNCH", "1").strip() not in ("0", "false", "False")
 
 
 def log_level() -> str:

@@ -34,6 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launcher import cdiv, launch, next_power_of_2
+
 __all__ = ["AlignResult", "align_block_size", "max_padded_size", "SMALL_MAX", "CHUNK"]
 
 # One program handles n <= SMALL_MAX pairs; above, 3 launches over n/chunk programs.
@@ -77,7 +79,7 @@ def max_padded_size(num_pairs: int, block_m: int, num_experts: int) -> int:
     keeps decode grids small (T=1, k=8, E=128, BM=16: 128 rows, not 8 + 128*15).
     """
     bound = num_pairs + min(num_pairs, num_experts) * (block_m - 1)
-    return triton.cdiv(bound, block_m) * block_m
+    return cdiv(bound, block_m) * block_m
 
 
 # ----------------------------------------------------------------------------------------
@@ -225,30 +227,31 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
                           torch.empty(1, dtype=torch.int32, device=dev))
     out.block_m, out.num_pairs, out.num_experts = block_m, n, num_experts
     out.topk_ids, out.expert_map = topk_ids, expert_map
-    mp, mb = out.sorted_ids.numel(), out.expert_ids.numel()
-    e_bins = triton.next_power_of_2(num_experts + 1)          # +1: the drop bin
+    sorted_ids, expert_ids, ntpp = out.sorted_ids, out.expert_ids, out.num_tokens_post_padded
+    mp, mb = sorted_ids.numel(), expert_ids.numel()
+    e_bins = next_power_of_2(num_experts + 1)                 # +1: the drop bin
     log_e = e_bins.bit_length() - 1
     has_map = expert_map is not None
     emap = expert_map if has_map else ids                     # any pointer; never read
     n_global = expert_map.numel() if has_map else num_experts
     fill_b = 1024
     if n <= small_max:
-        block = max(16, triton.next_power_of_2(n))
-        _align_small_kernel[(1,)](ids, emap, out.sorted_ids, out.expert_ids, out.num_tokens_post_padded,
-                                  n, n_global, num_experts, mp, mb,
-                                  HAS_MAP=has_map, BM=block_m, E_BINS=e_bins, LOG_E=log_e, BLOCK=block,
-                                  FILL_B=fill_b,
-                                  num_warps=4 if block <= 1024 else 8)
+        block = max(16, next_power_of_2(n))
+        launch(_align_small_kernel, (1,),
+               (ids, emap, sorted_ids, expert_ids, ntpp, n, n_global, num_experts, mp, mb),
+               dict(HAS_MAP=has_map, BM=block_m, E_BINS=e_bins, LOG_E=log_e, BLOCK=block, FILL_B=fill_b),
+               num_warps=4 if block <= 1024 else 8)
         return out
     chunk = chunk or _chunk_for(n)
-    num_chunks = triton.cdiv(n, chunk)
+    num_chunks = cdiv(n, chunk)
     scratch = torch.empty((2, num_chunks, e_bins), dtype=torch.int32, device=dev)  # counts, base
-    _align_count_kernel[(num_chunks,)](ids, emap, scratch[0], n, n_global, num_experts,
-                                       HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, num_warps=4)
-    _align_scan_kernel[(1,)](scratch[0], scratch[1], out.sorted_ids, out.expert_ids, out.num_tokens_post_padded,
-                             num_chunks, n, num_experts, mp, mb,
-                             BM=block_m, E_BINS=e_bins, LOG_E=log_e, CB=max(1, 4096 // e_bins), FILL_B=fill_b,
-                             num_warps=8)
-    _align_scatter_kernel[(num_chunks,)](ids, emap, scratch[1], out.sorted_ids, n, n_global, num_experts,
-                                         HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, num_warps=4)
+    counts, base = scratch[0], scratch[1]
+    launch(_align_count_kernel, (num_chunks,), (ids, emap, counts, n, n_global, num_experts),
+           dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk), num_warps=4)
+    launch(_align_scan_kernel, (1,),
+           (counts, base, sorted_ids, expert_ids, ntpp, num_chunks, n, num_experts, mp, mb),
+           dict(BM=block_m, E_BINS=e_bins, LOG_E=log_e, CB=max(1, 4096 // e_bins), FILL_B=fill_b),
+           num_warps=8)
+    launch(_align_scatter_kernel, (num_chunks,), (ids, emap, base, sorted_ids, n, n_global, num_experts),
+           dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk), num_warps=4)
     return out

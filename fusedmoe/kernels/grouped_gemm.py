@@ -49,6 +49,7 @@ except ImportError:  # pragma: no cover
     TensorDescriptor = None
 
 from .align import AlignResult, align_block_size
+from .launcher import cdiv, launch, next_power_of_2
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
            "gemm2_workspace_spec", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
@@ -334,31 +335,36 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     num_m_blocks = align.max_padded // BM
     if num_m_blocks == 0 or n_out == 0:
         return
-    k_tiles = triton.cdiv(triton.cdiv(K, BK), split)                        # K tiles per split
+    k_tiles = cdiv(cdiv(K, BK), split)                                      # K tiles per split
     a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b)
-    grid = (num_m_blocks * triton.cdiv(n_out, BN), split)
+    grid = (num_m_blocks * cdiv(n_out, BN), split)
     b_desc = None
     if config.get("USE_TMA", False) and TensorDescriptor is not None and _tma_ok(b):
         b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
-    _moe_gemm_kernel[grid](
+    a_dt, b_dt = a.dtype, b.dtype
+    s_am, s_ak = a.stride()[:2]                      # one stride() call per tensor, not one per dim
+    s_be, s_bn, s_bk = b.stride()[:3]
+    s_cm, s_cn = c.stride()[:2]
+    s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
+    # positional: every non-constexpr parameter of _moe_gemm_kernel, in signature order
+    launch(_moe_gemm_kernel, grid, (
         a, b, b_desc, c, bias if bias is not None else a, sa, sb, topk_weights if topk_weights is not None else a,
         align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
         n_out, K, align.num_pairs, num_m_blocks, k_tiles,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2),
-        stride_cs, c.stride(0), c.stride(1),
-        bias.stride(0) if bias is not None else 0, bias.stride(1) if bias is not None else 0,
+        s_am, s_ak, s_be, s_bn, s_bk,
+        stride_cs, s_cm, s_cn, s_bias_e, s_bias_n,
         sam, sak, sbe, sbn, sbk,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
+    ), dict(
         A_DIV=a_div, C_DIV=c_div, ALIGN_BM=align.block_m,
         GATED=act in (0, 1, 2, 3), ACT=act, HAS_LIMIT=swiglu_limit is not None, HAS_BIAS=bias is not None,
         MUL_W=topk_weights is not None, ATOMIC=atomic,
         A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn, GROUP_K=gk,
-        EVEN_K=K % BK == 0, FP32_IEEE=a.dtype == torch.float32,
-        INT_ACC=a.dtype == torch.int8 and b.dtype == torch.int8 and 3 not in (a_mode, b_mode),
-        CAST_B=b.dtype != a.dtype, USE_TMA=b_desc is not None,
+        EVEN_K=K % BK == 0, FP32_IEEE=a_dt == torch.float32,
+        INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
+        CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
-        num_warps=warps, num_stages=stages,
-    )
+    ), num_warps=warps, num_stages=stages)
 
 
 def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int, activation: str,
@@ -427,19 +433,20 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     spec = gemm2_workspace_spec(T, k, H, config, reduce, out.dtype)
     if spec is not None and workspace is None:
         workspace = torch.empty(spec[0], dtype=spec[1], device=h.device)
-    w = topk_weights if mul_routed_weight else None
-    common = dict(n_out=H, a_div=1, act=_NO_ACT, config=config, bias=bias, topk_weights=w,
-                  quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape)
-    if reduce == "atomic":
-        acc = out if spec is None else workspace                                 # fp32 [T, H]
-        acc.zero_()
-        _launch(h, w2, acc, align, c_div=k, atomic=True, **common)
-        if acc is not out:
-            out.copy_(acc)
-        return out
-    y = workspace                                                                # [S, n, H]
-    _launch(h, w2, y[0], align, c_div=1, stride_cs=y.stride(0), **common)
-    moe_reduce(y, out, align)
+    atomic = reduce == "atomic"
+    if atomic:
+        c = out if spec is None else workspace                                   # fp32 [T, H]
+        c.zero_()
+        c_div, stride_cs = k, 0
+    else:
+        c, c_div, stride_cs = workspace[0], 1, workspace.stride(0)               # y [S, n, H]
+    _launch(h, w2, c, align, n_out=H, a_div=1, c_div=c_div, act=_NO_ACT, config=config, bias=bias,
+            topk_weights=topk_weights if mul_routed_weight else None, atomic=atomic, stride_cs=stride_cs,
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape)
+    if not atomic:
+        moe_reduce(workspace, out, align)
+    elif c is not out:
+        out.copy_(c)
     return out
 
 
@@ -451,13 +458,15 @@ def moe_reduce(y: torch.Tensor, out: torch.Tensor, align: AlignResult) -> torch.
     ids = ids.reshape(-1)
     if not ids.is_contiguous():
         ids = ids.contiguous()
-    has_map = align.expert_map is not None
-    block_h = min(triton.next_power_of_2(H), 1024)
-    _moe_reduce_kernel[(T, triton.cdiv(H, block_h))](
-        y, out, ids, align.expert_map if has_map else ids, H,
-        align.expert_map.numel() if has_map else align.num_experts, align.num_experts,
-        y.stride(0), y.stride(1), out.stride(0),
-        TOP_K=k, SPLIT_K=y.shape[0], HAS_MAP=has_map, BLOCK_H=block_h, num_warps=4)
+    emap = align.expert_map
+    has_map = emap is not None
+    block_h = min(next_power_of_2(H), 1024)
+    s_ys, s_ym = y.stride()[:2]
+    launch(_moe_reduce_kernel, (T, cdiv(H, block_h)), (
+        y, out, ids, emap if has_map else ids, H,
+        emap.numel() if has_map else align.num_experts, align.num_experts,
+        s_ys, s_ym, out.stride(0),
+    ), dict(TOP_K=k, SPLIT_K=y.shape[0], HAS_MAP=has_map, BLOCK_H=block_h), num_warps=4)
     return out
 
 
@@ -492,22 +501,22 @@ def default_config(T: int, E: int, N: int, H: int, top_k: int, dtype=torch.bfloa
     b_tiles = 2 if (gemm == "gemm1" and gated) else 1
     if m <= 8:
         BM = 16
-        active = min(pairs, E) * triton.cdiv(max(1, int(m + 0.999)), BM)  # non-empty m-blocks
-        BK = min(256 // esize, max(32, triton.next_power_of_2(K)))
+        active = min(pairs, E) * cdiv(max(1, int(m + 0.999)), BM)  # non-empty m-blocks
+        BK = min(256 // esize, max(32, next_power_of_2(K)))
         BN = min(64 if gemm == "gemm2" else 128, 32768 // (BK * esize * b_tiles))
         split = 1
         if gemm == "gemm2":
-            while (active * triton.cdiv(n_out, BN) * split < 3 * num_sms
+            while (active * cdiv(n_out, BN) * split < 3 * num_sms
                    and K // (split * 2) >= 8 * BK and split < 16):
                 split *= 2
-        while BN > 16 and active * triton.cdiv(n_out, BN) * split < 2 * num_sms:
+        while BN > 16 and active * cdiv(n_out, BN) * split < 2 * num_sms:
             BN //= 2
         cfg = dict(BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=BK, GROUP_SIZE_M=1,
                    num_warps=4, num_stages=4 if esize <= 2 else 3, SPLIT_K=split)
     elif m <= 64:
         # still weight-bound: BLOCK_M covers the busiest expert (~2x the mean under uneven
         # routing) so that no expert's weights are streamed twice
-        cfg = dict(BLOCK_SIZE_M=min(128, triton.next_power_of_2(int(2 * m + 0.999))),
+        cfg = dict(BLOCK_SIZE_M=min(128, next_power_of_2(int(2 * m + 0.999))),
                    BLOCK_SIZE_N=64 if b_tiles == 2 else 128,
                    BLOCK_SIZE_K=128 // esize if esize <= 2 else 32, GROUP_SIZE_M=1, num_warps=4,
                    num_stages=4 if esize <= 2 else 3, SPLIT_K=1)

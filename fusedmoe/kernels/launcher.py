@@ -1,0 +1,359 @@
+"""Cached Triton launches: repeat launches skip ``JITFunction.run`` (host ~70 us -> a few us).
+
+Why: ``kernel[grid](*args, **kw)`` runs ``triton.runtime.jit.JITFunction.run`` on every
+call: it binds the arguments to the signature, specializes each one, turns the
+specialization and the options into a string key, looks the compiled kernel up, builds
+launch metadata for the profiler hooks and only then calls the compiled kernel's launcher.
+On an H100 host (triton 3.6) that is ~70 us per launch, while a decode-size MoE forward
+(4 launches) spends ~40 us on the GPU in all: eager calls are host bound.
+
+    launch(kernel, grid, args, constexprs, num_warps=4, num_stages=3)
+
+``args`` are the leading parameters of the kernel, positionally and in signature order
+(normally every non-constexpr one); ``constexprs`` maps the remaining (constexpr)
+parameters by name; parameters given in neither take their defaults. Then:
+  * miss: ``kernel[grid](*args, **constexprs, num_warps=.., num_stages=..)``, the normal
+    path (compiles if needed); the ``CompiledKernel`` it returns is kept under the key;
+  * hit: the compiled kernel's launcher is called directly, as the end of
+    ``JITFunction.run`` does (triton 3.9 runtime/jit.py:776-787, 3.6 :731-745):
+        ck.run(grid_0, grid_1, grid_2, stream, ck.function, ck.packed_metadata,
+               launch_metadata, launch_enter_hook, launch_exit_hook, *bound_args.values())
+    ``bound_args`` is the dict of EVERY parameter, constexprs included, in signature order
+    with defaults applied (``create_function_from_signature``: ``params = {name: name ...}``,
+    3.9 jit.py:440-446, 3.6 :424-429); the launcher itself drops the constexprs. Here that
+    sequence is ``*args`` followed by the other parameters (from ``constexprs`` or their
+    defaults), which are fixed per cache entry and stored with it.
+    Launch hooks are known to be empty here (see below), so launch_metadata and both hooks
+    are passed as None: the launcher skips a None hook (3.9 driver.c ``launchHook``; 3.6
+    generated launcher, nvidia/driver.py:519), and an empty ``HookChain``,
+    what ``JITFunction.run`` passes, calls nothing.
+
+The cache key must separate every pair of calls that triton would compile differently.
+Triton's key is, per non-constexpr parameter, ``native_specialize_impl(backend, arg,
+is_const, specialize, align)`` (python/src/specialize.cc, the same in 3.6 and 3.9, where
+``specialize`` = not in ``do_not_specialize``, ``align`` = not in
+``do_not_specialize_on_alignment``), per constexpr its value, plus the options
+(num_warps, num_stages, debug, instrumentation), per device. Our key, per positional
+argument (a generated function, ``_make_key_fn``; it is never coarser than triton's):
+
+    argument                        triton (type, key)                      ours
+    torch.Tensor                    ('*<dtype>', 'D' if data_ptr % 16 == 0    (dtype, aligned)
+                                     and specialize and align else '')       (aligned False
+                                                                              unless spec+align)
+    int, spec, == 1                 ('constexpr', 1)                         1
+    int in int32, otherwise         ('i32', 'D' if spec, align and % 16 == 0  2 or 3 (3 = 'D')
+                                     else '' if spec else None)
+    int outside int32               ('i64' | 'u64', as above)                (int, 'i64'|'u64', D)
+    bool / float / None             ('u1', None) / ('fp32', None) /          (bool,) / (float,)
+                                    ('constexpr', None)                      / (None,)
+    TensorDescriptor                ('tensordesc<dtype[block_shape]>', None) (cls, dtype, block_shape,
+                                                                              padding, tf32 flag)
+    constexpr given positionally    ('constexpr', value)                     (class, value)
+    anything else (tuples, ...)     -                                        normal path, not cached
+
+plus the constexpr dict (its names, its values AND the values' classes: ``1``, ``True`` and
+``1.0`` are equal and hash alike in Python, but compile differently), num_warps,
+num_stages, the current device and the current stream. A Tensor subclass (Parameter) takes
+the (class, dtype, aligned) form. Annotated parameters (``x: tl.int32``) only narrow
+triton's key, so ours stays at least as fine. The fast path is refused, for the kernel or
+the call, whenever triton itself would do more than specialize-and-launch:
+  * ``FUSEDMOE_FAST_LAUNCH=0`` (fusedmoe/env.py), ``TRITON_INTERPRET=1`` (the interpreter
+    has no compiled kernels: ``launch`` is then exactly ``kernel[grid](...)``), or a
+    kernel that is not a plain ``JITFunction`` (autotuner, interpreter);
+  * launch hooks set (a profiler: non-empty ``knobs.runtime.launch_*_hook``), pre-run
+    hooks on the kernel, ``knobs.runtime.add_stages_inspection_hook``, TRITON_DEBUG or an
+    instrumentation mode (these change options or need launch metadata);
+  * a callable grid, an argument type not in the table above, a backend without native
+    tensor specialization (AMD adds a buffer-range flag: not modelled here);
+  * the first direct launch of an entry raised: the kernel goes back to the normal path
+    for good (logged once at DEBUG) and the call is redone through it. The launcher
+    raises only before the kernel is enqueued (argument packing, scratch allocation), so
+    the redo cannot run it twice.
+Not re-checked on hits: ``JITFunction.run``'s "global variable changed since compile"
+guard (a debugging aid for monkeypatched module globals).
+
+``FUSEDMOE_FAST_LAUNCH`` and ``TRITON_INTERPRET`` are read at the first launch; ``reset()``
+re-reads them and forgets every cached launch. Each kernel keeps at most ``MAX_ENTRIES``
+entries (then its cache is cleared and refilled). Works with triton 3.6 and 3.9; an API
+that is missing turns the fast path off (normal launches only).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .. import env
+
+try:
+    from triton import knobs as _knobs
+    from triton.runtime.driver import driver as _driver
+    from triton.runtime.jit import JITFunction as _JITFunction
+except Exception:  # pragma: no cover - a triton without these: normal launches only
+    _knobs = _driver = _JITFunction = None
+
+try:  # host-side TMA descriptors (triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor as _TensorDescriptor
+except Exception:  # pragma: no cover
+    _TensorDescriptor = None
+
+__all__ = ["launch", "cdiv", "next_power_of_2", "fast_path_enabled", "reset", "stats", "MAX_ENTRIES"]
+
+log = logging.getLogger("fusedmoe.launcher")
+
+MAX_ENTRIES = 256          # per kernel; the cache is cleared when it would grow past this
+
+
+# ---------------------------------------------------------------------------- int helpers
+# triton.cdiv / triton.next_power_of_2 are ConstexprFunction objects in triton 3.9 (~3 us a
+# call from Python); these are the same arithmetic (next_power_of_2: for n < 2**64).
+def cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of 2 >= n; 0 for n <= 0 (as triton.next_power_of_2)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+# ---------------------------------------------------------------------------- cache key
+class _NoFastPath(Exception):
+    """This call (not the kernel) cannot take the fast path: launch normally, cache nothing."""
+
+
+_INT32_MIN, _INT32_MAX = -2 ** 31, 2 ** 31 - 1
+
+
+def _other_key(a: Any, spec: bool, align: bool):
+    """Key of an argument the generated fast checks did not cover (see the module table)."""
+    t = a.__class__
+    if t is int:                                   # outside int32 (1 and small ints are inline)
+        if -2 ** 63 <= a < 2 ** 63:
+            ty = "i64"
+        elif 0 <= a < 2 ** 64:
+            ty = "u64"
+        else:
+            raise _NoFastPath                      # triton raises OverflowError: let it
+        return (int, ty, spec and align and not a & 15)
+    if t is bool or t is float or a is None:
+        return (t,)
+    if isinstance(a, torch.Tensor):                # a subclass (nn.Parameter, ...)
+        return (t, a.dtype, spec and align and not a.data_ptr() & 15)
+    if _TensorDescriptor is not None and t is _TensorDescriptor:
+        return (t, a.base.dtype, tuple(a.block_shape), getattr(a, "padding", None),
+                getattr(a, "round_f32_to_tf32", None))
+    raise _NoFastPath
+
+
+def _make_key_fn(params: Sequence, n: int, name: str = "kernel"):
+    """``key(a0, .., a{n-1})`` -> tuple: one specialization summary per positional argument.
+
+    Generated (like triton's own binder) so that the common cases, an exact torch.Tensor or
+    an int32-range int, cost one inline expression and no call; the rest goes to
+    ``_other_key``. ``params`` are the kernel's ``KernelParam`` objects.
+    """
+    if n > len(params):
+        raise _NoFastPath                          # too many arguments: triton raises
+    exprs = []
+    for i, p in enumerate(params[:n]):
+        a = f"a{i}"
+        if p.is_constexpr:                         # a constexpr given positionally: by value
+            exprs.append(f"({a}.__class__, {a})")
+            continue
+        spec = not p.do_not_specialize
+        align = spec and not p.do_not_specialize_on_alignment
+        tensor = f"({a}.dtype, not {a}.data_ptr() & 15)" if align else f"({a}.dtype, False)"
+        if align:
+            small = f"(1 if {a} == 1 else 2 + (not {a} & 15))"   # 1: constexpr 1, 3: 'D'
+        elif spec:
+            small = f"(1 if {a} == 1 else 2)"
+        else:
+            small = "2"
+        exprs.append(f"({tensor} if {a}.__class__ is _Tensor else "
+                     f"{small} if {a}.__class__ is int and {_INT32_MIN} <= {a} <= {_INT32_MAX} else "
+                     f"_other_key({a}, {spec}, {align}))")
+    args = ", ".join(f"a{i}" for i in range(n))
+    src = f"def key_{name}({args}):\n    return ({', '.join(exprs)}{',' if exprs else ''})\n"
+    namespace = {"_Tensor": torch.Tensor, "_other_key": _other_key}
+    exec(src, namespace)
+    return namespace[f"key_{name}"]
+
+
+# ---------------------------------------------------------------------------- per-kernel cache
+class _KernelCache:
+    """Compiled launches of one kernel by key; ``disabled`` (a reason) turns the fast path off."""
+
+    __slots__ = ("fn", "name", "params", "key_fns", "entries", "disabled", "hits", "misses")
+
+    def __init__(self, fn):
+        self.fn = fn                    # also keeps id(fn), the registry key, unique
+        self.name = getattr(fn, "__name__", "kernel")
+        self.params = getattr(fn, "params", None)
+        self.key_fns: dict = {}         # number of positional args -> key function
+        self.entries: dict = {}         # key -> (run, function, packed_metadata, tail, verified, ck)
+        self.hits = self.misses = 0
+        self.disabled: Optional[str] = None
+        if _JITFunction is None or not isinstance(fn, _JITFunction):
+            self.disabled = f"{type(fn).__name__} is not a JITFunction"
+        elif not hasattr(fn, "pre_run_hooks") or not hasattr(fn, "device_caches") or not all(
+                hasattr(p, a) for p in self.params for a in
+                ("name", "is_constexpr", "do_not_specialize", "do_not_specialize_on_alignment",
+                 "has_default", "default")):
+            self.disabled = "unknown JITFunction layout (triton version)"
+
+    def key_fn(self, n: int):
+        fn = self.key_fns.get(n)
+        if fn is None:
+            fn = self.key_fns[n] = _make_key_fn(self.params, n, self.name)
+        return fn
+
+    def disable(self, reason: str) -> None:
+        self.disabled = reason
+        self.entries.clear()
+        log.debug("fusedmoe launcher: fast path off for %s: %s", self.name, reason)
+
+    def add(self, key, ck, n: int, constexprs: dict, device) -> None:
+        """Keep ``ck`` (what kernel[grid] returned) under ``key``, if it can be launched directly."""
+        rest = self.params[n:]
+        names = {p.name for p in rest if p.is_constexpr}
+        bad = [k for k in constexprs if k not in names]
+        if bad:   # a non-constexpr (or positional) parameter by keyword: keep the normal path
+            self.disable(f"keyword arguments {bad} are not trailing constexpr parameters")
+            return
+        tail = []                       # the parameters after args, in signature order
+        for p in rest:
+            if p.name in constexprs:
+                tail.append(constexprs[p.name])
+            elif p.has_default:         # fixed per entry, so is its specialization
+                tail.append(p.default)
+            else:                       # kernel[grid] would have raised already
+                return
+        try:
+            backend = self.fn.device_caches[device][3]
+            if not getattr(backend, "supports_native_tensor_specialization", False):
+                self.disable("backend specializes tensors in Python (not modelled)")
+                return
+            entry = (ck.run, ck.function, ck.packed_metadata, tuple(tail), False, ck)
+        except Exception as e:          # an unexpected CompiledKernel / cache layout
+            self.disable(f"cannot read the compiled kernel: {e!r}")
+            return
+        if len(self.entries) >= MAX_ENTRIES:
+            self.entries.clear()
+        self.entries[key] = entry
+
+
+_caches: dict = {}                      # id(kernel) -> _KernelCache
+_enabled: Optional[bool] = None         # None: read at the next launch
+
+
+def _refresh() -> bool:
+    global _enabled
+    ok = env.fast_launch() and _knobs is not None
+    if ok:
+        try:
+            rt = _knobs.runtime
+            ok = (not rt.interpret and hasattr(rt, "launch_enter_hook") and hasattr(rt, "launch_exit_hook")
+                  and hasattr(rt, "debug") and hasattr(_knobs.compilation, "instrumentation_mode"))
+        except Exception:               # pragma: no cover
+            ok = False
+    _enabled = bool(ok)
+    return _enabled
+
+
+def _triton_idle() -> bool:
+    """True when JITFunction.run would do nothing beyond specialize-and-launch."""
+    rt = _knobs.runtime
+    for hook in (rt.launch_enter_hook, rt.launch_exit_hook):
+        # triton >= 3.5: a HookChain (empty unless a profiler added one); before: None or a callable
+        if hook is not None and (getattr(hook, "calls", None) is None or hook.calls):
+            return False
+    return not (rt.debug or _knobs.compilation.instrumentation_mode
+                or getattr(rt, "add_stages_inspection_hook", None) is not None)
+
+
+def _device_stream():
+    """(current device index, its current raw stream), as JITFunction.run computes them."""
+    drv = _driver.active
+    device = drv.get_current_device()
+    return device, drv.get_current_stream(device)
+
+
+def _normal(kernel, grid, args, constexprs, num_warps, num_stages):
+    if num_warps is not None:
+        if num_stages is not None:
+            return kernel[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        return kernel[grid](*args, **constexprs, num_warps=num_warps)
+    if num_stages is not None:
+        return kernel[grid](*args, **constexprs, num_stages=num_stages)
+    return kernel[grid](*args, **constexprs)
+
+
+# ---------------------------------------------------------------------------- public API
+def launch(kernel, grid, args: Sequence, constexprs: dict, num_warps: Optional[int] = None,
+           num_stages: Optional[int] = None):
+    """``kernel[grid](*args, **constexprs, num_warps=.., num_stages=..)``, cached (module doc).
+
+    Returns the CompiledKernel (what kernel[grid] returns; whatever it returns on the
+    normal path).
+    """
+    if _enabled is None:
+        _refresh()
+    if not _enabled:
+        return _normal(kernel, grid, args, constexprs, num_warps, num_stages)
+    kc = _caches.get(id(kernel))
+    if kc is None:
+        kc = _caches[id(kernel)] = _KernelCache(kernel)
+    if kc.disabled is not None or kernel.pre_run_hooks or callable(grid) or not _triton_idle():
+        return _normal(kernel, grid, args, constexprs, num_warps, num_stages)
+    device, stream = _device_stream()
+    try:
+        key = (kc.key_fn(len(args))(*args), tuple(constexprs), tuple(constexprs.values()),
+               tuple(map(type, constexprs.values())), num_warps, num_stages, device, stream)
+        entry = kc.entries.get(key)          # TypeError: an unhashable constexpr value
+    except (_NoFastPath, TypeError):
+        return _normal(kernel, grid, args, constexprs, num_warps, num_stages)
+    if entry is None:
+        ck = _normal(kernel, grid, args, constexprs, num_warps, num_stages)
+        kc.misses += 1
+        if ck is not None:
+            kc.add(key, ck, len(args), constexprs, device)
+        return ck
+    run, function, packed, tail, verified, ck = entry
+    n = len(grid)
+    g0 = grid[0]
+    g1 = grid[1] if n > 1 else 1
+    g2 = grid[2] if n > 2 else 1
+    if verified:
+        run(g0, g1, g2, stream, function, packed, None, None, None, *args, *tail)
+    else:
+        try:
+            run(g0, g1, g2, stream, function, packed, None, None, None, *args, *tail)
+        except Exception as e:               # raised before the kernel was enqueued
+            kc.disable(f"direct launch failed: {e!r}")
+            return _normal(kernel, grid, args, constexprs, num_warps, num_stages)
+        kc.entries[key] = (run, function, packed, tail, True, ck)
+    kc.hits += 1
+    return ck
+
+
+def fast_path_enabled() -> bool:
+    """Whether launches may take the cached path (FUSEDMOE_FAST_LAUNCH, TRITON_INTERPRET)."""
+    return _refresh() if _enabled is None else _enabled
+
+
+def reset() -> None:
+    """Forget every cached launch; re-read FUSEDMOE_FAST_LAUNCH and TRITON_INTERPRET."""
+    global _enabled
+    _caches.clear()
+    _enabled = None
+
+
+def stats(kernel) -> dict:
+    """Cache state of ``kernel``: entries, hits (direct launches), misses (normal launches
+    that filled an entry), disabled (reason or None), compiled (the CompiledKernels)."""
+    kc = _caches.get(id(kernel))
+    if kc is None:
+        return dict(entries=0, hits=0, misses=0, disabled=None, compiled=[])
+    return dict(entries=len(kc.entries), hits=kc.hits, misses=kc.misses, disabled=kc.disabled,
+                compiled=[e[5] for e in kc.entries.values()])
