@@ -626,9 +626,9 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
 def _reset_workspaces(pe) -> None:
     """Drop the experts' cached workspaces: their sizes depend on the launch config (BLOCK_SIZE_M
     pads the alignment, SPLIT_K multiplies GEMM2's scratch), which override() just changed."""
-    ws = getattr(getattr(pe, "kernel", None), "_ws", None)
-    if isinstance(ws, dict):
-        ws.clear()
+    reset = getattr(getattr(pe, "kernel", None), "reset_workspaces", None)
+    if reset is not None:
+        reset()
 
 
 def write_config_file(path: str, results: dict, meta: Optional[dict] = None) -> str:

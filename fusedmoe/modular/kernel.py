@@ -52,6 +52,8 @@ class ModularKernel:
             self.chunk_size = min(self.chunk_size, experts.max_num_tokens)
         self.config = experts.config
         self._ws: dict = {}          # declared buffers -> {name: tensor}; at most a few shapes
+        self._last_ws = None         # (spec object, device, buffers) of the last call: host fast path
+        self._wr = experts.weight_and_reduce()
 
     # -------------------------------------------------------------------------------------
     def workspace_for(self, M: int, topk: int, device) -> dict:
@@ -61,6 +63,9 @@ class ModularKernel:
         # keyed by the declared buffers themselves: their sizes depend on the launch config
         # (block size, split-K), not only on M, so a config override gets fitting buffers
         spec = self.experts.workspace(M, topk)
+        last = self._last_ws
+        if last is not None and last[0] is spec and last[1] == device:
+            return last[2]          # the experts memoize their spec per shape: the common case
         key = (tuple((n, tuple(shape), dt) for n, (shape, dt) in spec.buffers.items()), str(device))
         ws = self._ws.get(key)
         if ws is None:
@@ -68,7 +73,13 @@ class ModularKernel:
                 self._ws.pop(next(iter(self._ws)))
             ws = self._ws[key] = {name: torch.empty(shape, dtype=dtype, device=device)
                                   for name, (shape, dtype) in spec.buffers.items()}
+        self._last_ws = (spec, device, ws)
         return ws
+
+    def reset_workspaces(self) -> None:
+        """Free the cached workspaces (they are rebuilt on the next call)."""
+        self._ws.clear()
+        self._last_ws = None
 
     def __call__(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
                  expert_map: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -80,21 +91,24 @@ class ModularKernel:
                              "call the monolithic kernel with router_logits")
         k = topk_ids.shape[1]
         out = torch.empty_like(x)                                            # [T, H]
-        wr = self.experts.weight_and_reduce()
+        wr = self._wr
         alias_out = isinstance(wr, NoOpWeightAndReduce)
         on_input = self.config.routing.apply_router_weight_on_input
         C = self.chunk_size
         for s in range(0, T, C):
             e = min(s + C, T)
-            xs, tw, ti = x[s:e], topk_weights[s:e], topk_ids[s:e]
+            if T <= C:      # one chunk (decode, most prefill): no views to build
+                xs, tw, ti, out_s = x, topk_weights, topk_ids, out
+            else:
+                xs, tw, ti, out_s = x[s:e], topk_weights[s:e], topk_ids[s:e], out[s:e]
             prep = self.prepare_finalize.prepare(xs, tw, ti, self.config, self.experts, expert_map)
             ws = self.workspace_for(e - s, k, x.device)
-            if alias_out and ws["out"].shape == out[s:e].shape and ws["out"].dtype == out.dtype:
+            if alias_out and ws["out"].shape == out_s.shape and ws["out"].dtype == out.dtype:
                 # experts that already weight and reduce write straight into the caller's
                 # output rows: no [T, H] copy in finalize (NoOp sees the same storage)
-                ws = dict(ws, out=out[s:e])
+                ws = dict(ws, out=out_s)
             fused = self.experts.apply(prep, ws, expert_map)
-            self.prepare_finalize.finalize(out[s:e], fused, prep, wr, on_input)
+            self.prepare_finalize.finalize(out_s, fused, prep, wr, on_input)
         if self.shared_experts is not None:
             out.add_(self.shared_experts(x))
         return out
