@@ -118,6 +118,10 @@ def split_times(fn, args, iters: int = 10) -> str:
     wrap(gg, "_launch", lambda a, kw: "gemm1" if kw.get("act", -1) >= 0 else "gemm2")
     wrap(gg, "moe_reduce", lambda a, kw: "reduce")
     wrap(al, "align_block_size", lambda a, kw: "align")
+    import fusedmoe.backends.triton as tb
+    import fusedmoe.modular.prepare_finalize as pf
+    wrap(pf, "quantize_activation", lambda a, kw: "quant_x")       # NoEP.prepare (W8A8)
+    wrap(tb, "quantize_activation", lambda a, kw: "requant_h")     # between the GEMMs (W8A8)
     try:
         for _ in range(iters):
             fn(*args)

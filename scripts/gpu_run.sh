@@ -3,6 +3,8 @@
 #   scripts/gpu_run.sh test            environment, GPU test suite, conformance check
 #   scripts/gpu_run.sh bench [args]    fusedmoe bench (extra args passed through)
 #   scripts/gpu_run.sh tune  [args]    fusedmoe tune  (writes JSON under $OUT/configs)
+#   scripts/gpu_run.sh diag            where the time goes (benchmarks/profile_stages.py): host time
+#                                      at decode, per-stage times of bf16 / fp8 prefill
 #   scripts/gpu_run.sh all             test + the 16-bit benchmark of docs/BENCHMARKS.md
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -31,6 +33,11 @@ case "$stage" in
   test) env_info; run_tests ;;
   bench) env_info; run_bench "$@" ;;
   tune) env_info; python3 -m fusedmoe tune --out-dir "$OUT/configs" "$@" 2>&1 | tail -30 ;;
+  diag) env_info
+        timeout 120 python3 benchmarks/profile_stages.py --host --tokens 1,16 > "$OUT/diag_host.txt" 2>&1
+        timeout 90 python3 benchmarks/profile_stages.py --split --quant fp8_block --model deepseek-v3:8 --tokens 16,4096,16384 > "$OUT/diag_fp8b.txt" 2>&1
+        timeout 90 python3 benchmarks/profile_stages.py --split --quant fp8_channel --model qwen3-30b-a3b --tokens 16,4096,16384 > "$OUT/diag_fp8c.txt" 2>&1
+        grep -h "==\|host:\|split:" "$OUT"/diag_*.txt ;;
   all) env_info; run_tests
        run_bench --model mixtral-8x7b,qwen3-30b-a3b --tokens 1,16,64,256,1024,4096,16384 ;;
   *) echo "unknown stage $stage"; exit 2 ;;
