@@ -137,7 +137,7 @@ def test_backends_json(capsys):
                     "deterministic", "cuda_graph_safe", "native"):
             assert key in t, (t["name"], key)
     assert set(tables["torch_ref"]["quant"]) == {m.value for m in QuantMethod}
-    assert tables["grouped_mm"]["quant"] == ["none"]
+    assert tables["grouped_mm"]["quant"] == ["fp8_channel", "none"]      # fp8_channel: CUDA sm90 only
     assert "none" not in tables["emulation"]["quant"]
 
 

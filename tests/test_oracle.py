@@ -76,7 +76,9 @@ TABLE = [
     ("fp8_block", "b200", "bfloat16", "triton", {"grouped_mm": ["quant"], "triton_batched": ["format"]}),
     ("fp8_tensor", "a100", "bfloat16", "emulation", {"triton": ["quant_sm"], "grouped_mm": ["quant"],
                                                      "triton_batched": ["quant_sm", "format"]}),
-    ("fp8_channel", "h100", "bfloat16", "triton", {"grouped_mm": ["quant"], "triton_batched": ["format"]}),
+    # grouped_mm serves fp8_channel on sm90 through torch._scaled_grouped_mm (when this torch has it)
+    ("fp8_channel", "h100", "bfloat16", "triton",
+     {"triton_batched": ["format"], **({} if hasattr(torch, "_scaled_grouped_mm") else {"grouped_mm": ["torch"]})}),
     # int8 W8A8 has int8 tensor cores on sm80
     ("int8_channel", "a100", "bfloat16", "triton", {"grouped_mm": ["quant"], "triton_batched": ["format"]}),
     ("int8_channel", "cpu", "bfloat16", "emulation", {"triton": ["triton"], "grouped_mm": ["quant"],
@@ -126,7 +128,7 @@ def test_priority_order_is_table_then_the_rest(builtin_only):
     assert oracle.priority_order(QuantScheme("none"), Platform.preset("cpu")) == \
         ["grouped_mm", "triton", "torch_ref", "emulation", "triton_batched"]
     assert oracle.priority_order(QuantScheme("fp8_block"), Platform.preset("h100")) == \
-        ["triton", "triton_batched", "emulation", "torch_ref", "grouped_mm"]
+        ["triton", "triton_batched", "grouped_mm", "emulation", "torch_ref"]
     assert oracle.priority_order(QuantScheme("mxfp4"), Platform.preset("b200")) == \
         ["emulation", "torch_ref", "grouped_mm", "triton", "triton_batched"]
 

@@ -1,5 +1,6 @@
-"""``grouped_mm``: PyTorch's grouped GEMM (``torch.nn.functional.grouped_mm``; CUTLASS on
-sm90, a reference loop on CPU) for 16-bit weights.
+"""``grouped_mm``: PyTorch's grouped GEMMs. 16-bit weights through
+``torch.nn.functional.grouped_mm`` (CUTLASS on sm90, a reference loop on CPU); fp8_channel
+through ``torch._scaled_grouped_mm`` (fp8 rowwise, CUDA sm90 only).
 
 Pipeline (standard format, no per-expert Python loop, no host sync):
   slots s = t*k + j sorted by local expert (stable) -> offsets = cumsum(counts) [E_loc]
@@ -8,6 +9,59 @@ Pipeline (standard format, no per-expert Python loop, no host sync):
   y   = grouped_mm(h, w2^T, offs) + b2                 [T*k, H]
   out = y unsorted to [T, k, H]; finalize weights and sums over k (Contiguous).
 Non-local slots sort after every local expert and are zeroed before finalize.
+fp8_channel: prepare quantizes x per token (e4m3, fp32 scale [T, 1]); the sorted rows and
+their scales are gathered (xq[order // k], sx[order // k]); GEMM1 = _scaled_grouped_mm with
+the per-channel weight scales w13_scale [E, N] as scale_b; h = act(g) in fp32 is requantized
+per token (the scheme's GEMM2 input, exactly as reference_moe fake-quantizes it); GEMM2 the
+same with w2_scale [E, H]. Weights stay [E, N, H] / [E, H, I] contiguous: the GEMMs read the
+transposed views [E, H, N] / [E, I, H], which are the column-major operands the op wants.
+use_fast_accum stays False (Hopper's fp8 accumulator promoted regularly: accurate); True is a
+speed knob for the benchmark to try.
+
+Which schemes, on which devices, why (read from torch 2.13's installed sources):
+  none          CPU (any float dtype) and CUDA sm80+ in bfloat16 (``_grouped_mm`` has a
+                CompositeExplicitAutograd fallback, ATen/ops/_grouped_mm_compositeexplicit
+                autograd_dispatch.h, and a CUDA kernel that takes bf16 only).
+  fp8_channel   CUDA sm90 (Hopper) only, bfloat16 models, H and I multiples of 16, and only
+                when this torch has ``torch._scaled_grouped_mm`` (feature-detected, never
+                assumed: the GPU machine runs torch 2.11).
+  every other   refused with the why (``_QUANT_WHY``): fp8_block's 1x128 / 128x128 scales are
+                not rowwise; int8 is not an fp8 operand; fp8_tensor is not wired (its
+                per-tensor scales could be broadcast to rowwise: not implemented, not measured);
+                weight-only and fp4 schemes have no scaled grouped GEMM in torch.
+Facts about ``torch._scaled_grouped_mm`` (torch 2.13):
+  - schema: ``_scaled_grouped_mm(Tensor self, Tensor mat2, Tensor scale_a, Tensor scale_b,
+    Tensor? offs=None, Tensor? bias=None, Tensor? scale_result=None, ScalarType? out_dtype=None,
+    bool use_fast_accum=False) -> Tensor`` (``torch.ops.aten._scaled_grouped_mm.default._schema``;
+    torch/testing/_internal/generated/annotated_fn_args.py:976).
+  - CUDA only: ATen/ops/_scaled_grouped_mm_native.h declares just ``_scaled_grouped_mm_cuda``
+    and there is a _cuda_dispatch.h but no CPU / composite dispatch header; on CPU it raises
+    "Could not run 'aten::_scaled_grouped_mm' with arguments from the 'CPU' backend".
+  - devices: torch's own test gate PLATFORM_SUPPORTS_FP8_GROUPED_GEMM is
+    ``SM90OrLater and not SM100OrLater`` on CUDA (torch/testing/_internal/common_cuda.py:190-200;
+    sm100 gets the MXFP8 variant with e8m0 scales instead, same file :212); on ROCm it needs an
+    MSLK build on gfx942/gfx950 and e4m3fnuz operands (_meta_registrations.py:8633-8643).
+  - checks (torch/_meta_registrations.py:8611-8825, ``_meta_grouped_mm_common``, which mirrors
+    ``_scaled_grouped_mm_cuda`` in Blas.cpp): mat_a and mat_b float8_e4m3fn (:8642); mat_a
+    row-major, mat_b column-major in the last two dims (:8666-8680); the leading stride of both
+    a multiple of 16 bytes (:8683, i.e. K % 16 == 0 for 1-byte fp8); scales both float32
+    (:8717); 2D mat_a: scale_a 1D contiguous with mat_a.shape[0] elements (:8742); 3D mat_b:
+    scale_b 2D [G, N] with stride(-1) == 1 (:8777); offs 1D int32 when an operand is 2D
+    (:8807); bias and scale_result must be None (:8792, :8817); out_dtype None or bfloat16
+    (:8822, default bf16 :8862). The output is allocated uninitialised (torch.empty_strided,
+    :8569-8608): rows past offs[-1] are garbage, and this backend zeroes them before finalize.
+  - offs: cumulative group ends, int32 (nn/functional.py:7123); an empty group is offs[g] ==
+    offs[g-1].
+  - torch 2.13 also has torch.nn.functional.scaled_grouped_mm (-> _scaled_grouped_mm_v2, with
+    ScalingType recipes incl. BlockWise1x128 / 128x128; nn/functional.py:7225). Which recipes its
+    grouped CUDA kernels accept is not readable from the Python sources, and torch 2.11 may
+    lack it: not used here.
+Not verifiable here (CPU-only torch, no Blas.cpp/ScaledGroupMM.cu shipped): whether offsets
+that are not multiples of 16 rows are accepted by the CUDA kernel (this backend passes exact
+per-expert row counts, as the 16-bit path does), whether torch 2.11 has the op with this
+signature (feature-detected), and determinism / CUDA-graph safety of the fp8 kernel (assumed
+like the 16-bit CUTLASS one: no split-K, no host sync). tests/test_grouped_mm_fp8.py runs the
+pipeline on CPU against a stand-in that enforces the meta checks, and on a GPU for real.
 """
 from __future__ import annotations
 
@@ -16,10 +70,30 @@ import torch.nn.functional as F
 
 from ..config import MoEConfig, QuantMethod
 from ..modular.interfaces import ActivationFormat, ContiguousWeightAndReduce, Experts, WorkspaceSpec
+from ..modular.prepare_finalize import quantize_activation
 from ..reference.activations import activation_from_config
+from ..weights import ExpertWeights
 from .registry import BackendSpec, Reason, register
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+_scaled_grouped_mm = getattr(torch, "_scaled_grouped_mm", None)   # fp8 rowwise; CUDA sm90 only
+
+# Why each scheme other than none / fp8_channel is refused (appended to the [quant] reason).
+_NOT_ROWWISE = ("torch._scaled_grouped_mm scales rowwise only: one fp32 scale per row of A, "
+                "one per output column of B")
+_WEIGHT_ONLY = "weight-only: no grouped GEMM in torch dequantizes weights in its K loop"
+_FP4 = "fp4: torch has no scaled grouped GEMM with e2m1 operands wired here"
+_QUANT_WHY = {
+    QuantMethod.FP8_BLOCK: f"{_NOT_ROWWISE}; fp8_block's 1x128 activation groups and 128x128 weight "
+                           "blocks are not rowwise",
+    QuantMethod.FP8_TENSOR: "not wired: its per-tensor scales would have to be broadcast to rowwise "
+                            "scales (not implemented, not measured)",
+    QuantMethod.INT8_CHANNEL: "torch._scaled_grouped_mm takes float8_e4m3fn operands only, "
+                              "torch has no int8 grouped GEMM",
+    QuantMethod.INT8_W8A16: _WEIGHT_ONLY, QuantMethod.INT4_W4A16: _WEIGHT_ONLY,
+    QuantMethod.FP8_W8A16: _WEIGHT_ONLY,
+    QuantMethod.NVFP4: _FP4, QuantMethod.MXFP4: _FP4,
+}
 
 
 def sort_slots(topk_ids: torch.Tensor, E_loc: int, expert_map):
@@ -86,7 +160,60 @@ class GroupedMMExperts(Experts):
         return ws["out"]
 
 
+def _gather_rows(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """q fp8 [M, K] -> q[rows] [len(rows), K], contiguous (row-major, as mat_a must be).
+    Through a uint8 view: byte gathers exist for every device and torch version."""
+    return q.view(torch.uint8)[rows].view(q.dtype)
+
+
+class GroupedMMFp8Experts(GroupedMMExperts):
+    """fp8_channel through torch._scaled_grouped_mm (W8A8, per-token activation scales).
+
+    prepare quantizes x per token (``input_quant``): a1q fp8 [T, H], a1q_scale fp32 [T, 1]."""
+
+    input_quant = True
+
+    def __init__(self, config: MoEConfig, weights: ExpertWeights, **kw):
+        super().__init__(config, weights, **kw)
+        # w13_t / w2_t (base class): column-major [E, K, N] views of the [E, N, K] weights,
+        # which convert_weights made contiguous once at load; no copy per call
+        self.scheme = weights.scheme
+        self.w13_scale = weights.w13_scale                             # fp32 [E, N]: scale_b of GEMM1
+        self.w2_scale = weights.w2_scale                               # fp32 [E, H]: scale_b of GEMM2
+
+    def apply(self, prep, ws, expert_map):
+        c, w = self.config, self.weights
+        xq, xs, ids = prep.a1q, prep.a1q_scale, prep.topk_ids         # fp8 [T, H], fp32 [T, 1]
+        T, k = ids.shape
+        E_loc = c.num_local_experts
+        order, skey, offs = sort_slots(ids, E_loc, expert_map)
+        tok = torch.div(order, k, rounding_mode="floor")               # [T*k] token of each sorted slot
+        a = _gather_rows(xq, tok)                                      # fp8 [T*k, H]
+        sa = xs.reshape(-1)[tok]                                       # fp32 [T*k]
+        g = _scaled_grouped_mm(a, self.w13_t, sa, self.w13_scale, offs=offs,
+                               out_dtype=torch.bfloat16)               # bf16 [T*k, N]
+        valid = (skey < E_loc).unsqueeze(1)                            # [T*k, 1]
+        g = g.float()
+        if w.w13_bias is not None:
+            g = g + w.w13_bias[skey.clamp(max=E_loc - 1)].float()
+        h = activation_from_config(g, c)                               # fp32 [T*k, I]
+        # GEMM2's input, per token (rows are independent: the garbage rows past offs[-1]
+        # get their own scales and are never read by GEMM2)
+        hq, hs = quantize_activation(h, self.scheme)                   # fp8 [T*k, I], fp32 [T*k, 1]
+        y = _scaled_grouped_mm(hq, self.w2_t, hs.reshape(-1), self.w2_scale, offs=offs,
+                               out_dtype=torch.bfloat16)               # bf16 [T*k, H]
+        if w.w2_bias is not None:
+            y = y.float() + w.w2_bias[skey.clamp(max=E_loc - 1)].float()
+        # rows past the last offset are not computed: select zeros (they may hold garbage)
+        y = torch.where(valid, y, torch.zeros((), dtype=y.dtype, device=y.device))
+        out = ws["out"].view(T * k, -1)
+        out.index_copy_(0, order, y.to(out.dtype))                     # unsort: a permutation
+        return ws["out"]
+
+
 def _check(config: MoEConfig, quant, platform):
+    """Whether the 16-bit path runs here (``quant`` is ignored: the emulation backend asks
+    this about its dequantized weights)."""
     r = []
     if _grouped_mm is None:
         r.append(Reason("torch", f"this torch ({torch.__version__}) has no grouped_mm"))
@@ -98,15 +225,74 @@ def _check(config: MoEConfig, quant, platform):
     return r
 
 
+def _check_fp8(config: MoEConfig, platform):
+    """fp8_channel through torch._scaled_grouped_mm (facts and sources: module docstring)."""
+    r = []
+    if _scaled_grouped_mm is None:
+        r.append(Reason("torch", f"this torch ({torch.__version__}) has no torch._scaled_grouped_mm "
+                                 "(fp8 rowwise grouped GEMM)"))
+    if platform.kind != "cuda":
+        r.append(Reason("device", "fp8_channel runs through torch._scaled_grouped_mm, which has CUDA kernels "
+                                  f"only (none for {platform.kind}); the emulation backend serves it here"))
+    elif platform.sm >= 100:
+        r.append(Reason("quant_sm", f"fp8_channel needs sm_90 exactly here, {platform.name} is sm_{platform.sm} "
+                                    "(sm100 has only torch's MXFP8 grouped variant, e8m0 scales)"))
+    elif torch.version.hip:
+        r.append(Reason("torch", "this torch is a ROCm build: its _scaled_grouped_mm wants float8_e4m3fnuz "
+                                 "operands and an MSLK build; not wired"))
+    if config.dtype != "bfloat16":
+        r.append(Reason("dtype", f"torch._scaled_grouped_mm writes bfloat16 only (out_dtype); the fp8 path "
+                                 f"serves bfloat16 models, not {config.dtype}"))
+    if config.hidden_size % 16 or config.intermediate_size % 16:
+        r.append(Reason("shape", f"torch._scaled_grouped_mm needs 16-byte fp8 rows: H={config.hidden_size} and "
+                                 f"I={config.intermediate_size} must be multiples of 16"))
+    return r
+
+
+def _spec_check(config: MoEConfig, quant, platform):
+    if quant.method == QuantMethod.FP8_CHANNEL:
+        return _check_fp8(config, platform)
+    return _check(config, quant, platform)
+
+
+def convert_weights(config: MoEConfig, weights: ExpertWeights, platform) -> ExpertWeights:
+    """Once at load. fp8_channel: contiguous [E, N, H] / [E, H, I] weights (their transposed
+    views are then the column-major operands) and contiguous fp32 [E, out] scales. 16-bit:
+    unchanged (grouped_mm takes any strides)."""
+    w = weights
+    if w.scheme.method != QuantMethod.FP8_CHANNEL:
+        return w
+    return w.replace(w13=w.w13.contiguous(), w2=w.w2.contiguous(),
+                     w13_scale=w.w13_scale.float().contiguous(), w2_scale=w.w2_scale.float().contiguous())
+
+
 def _make(config, weights, platform, fmt, *, deterministic=False, max_num_tokens=None):
+    if weights.scheme.method == QuantMethod.FP8_CHANNEL:
+        return GroupedMMFp8Experts(config, weights)
     return GroupedMMExperts(config, weights)
 
 
-SPEC = register(BackendSpec(
+_SM90_ONLY = "torch._scaled_grouped_mm's fp8 rowwise kernel is built for sm90 only"
+
+
+class _GroupedMMSpec(BackendSpec):
+    """A BackendSpec whose table refusals ([quant], [quant_sm]) also say why, for this backend."""
+
+    def evaluate(self, config, quant, platform, **kw):
+        why = {"quant": _QUANT_WHY.get(quant.method),
+               "quant_sm": _SM90_ONLY if quant.method == QuantMethod.FP8_CHANNEL else None}
+        return [Reason(r.code, f"{r.text}: {why[r.code]}") if why.get(r.code) else r
+                for r in super().evaluate(config, quant, platform, **kw)]
+
+
+SPEC = register(_GroupedMMSpec(
     name="grouped_mm",
-    description="PyTorch grouped GEMM (torch.nn.functional.grouped_mm; CUTLASS on sm90) for 16-bit weights",
+    description="PyTorch grouped GEMM (torch.nn.functional.grouped_mm; CUTLASS on sm90) for 16-bit weights; "
+                "fp8_channel through torch._scaled_grouped_mm on CUDA sm90 only",
     make_experts=_make,
-    quant_methods=frozenset({QuantMethod.NONE}),
+    quant_methods=frozenset({QuantMethod.NONE, QuantMethod.FP8_CHANNEL}),
+    quant_min_sm={QuantMethod.FP8_CHANNEL: 90},
     min_sm=80,
-    check=_check,
+    check=_spec_check,
+    convert_weights=convert_weights,
 ))
