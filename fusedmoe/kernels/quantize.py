@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from ..config import Activation
+from .launcher import cdiv, launch, next_power_of_2
 
 __all__ = ["FP8_MAX", "INT8_MAX", "quant_fp8_tensor", "quant_fp8_token", "quant_fp8_group",
            "quant_int8_token", "act_and_quant"]
@@ -339,7 +340,7 @@ def _q_arg(q2: torch.Tensor) -> torch.Tensor:
 
 
 def _block_k(K: int) -> int:
-    return min(triton.next_power_of_2(max(K, 16)), _MAX_BLOCK_K)
+    return min(next_power_of_2(max(K, 16)), _MAX_BLOCK_K)
 
 
 def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None):
@@ -349,12 +350,12 @@ def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None):
     bk = _block_k(K)
     if T == 0:
         return
-    _quant_rows_kernel[(T,)](
-        x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
-        counts if counts is not None else scale, K, max(t_max, 1), x2.stride(0), q2.stride(0),
-        MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
-        BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
-        BLOCK_K=bk, ONE_CHUNK=K <= bk, num_warps=8 if bk >= 2048 else 4)
+    launch(_quant_rows_kernel, (T,),
+           (x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
+            counts if counts is not None else scale, K, max(t_max, 1), x2.stride(0), q2.stride(0)),
+           dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
+                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
+                BLOCK_K=bk, ONE_CHUNK=K <= bk), num_warps=8 if bk >= 2048 else 4)
 
 
 def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor] = None,
@@ -378,10 +379,10 @@ def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor]
         s.fill_(_AMAX_FLOOR / FP8_MAX)
         return q, s
     bk = min(_block_k(K), 1024)
-    bm = max(1, min(triton.next_power_of_2(triton.cdiv(T, 256)), 4096 // bk))   # ~256 programs at most
-    _amax_kernel[(triton.cdiv(T, bm),)](
-        x2, amax_bits, counts if counts is not None else amax_bits, T, K, max(t_max, 1), x2.stride(0),
-        HAS_COUNTS=counts is not None, BLOCK_M=bm, BLOCK_K=bk, num_warps=4)
+    bm = max(1, min(next_power_of_2(cdiv(T, 256)), 4096 // bk))   # ~256 programs at most
+    launch(_amax_kernel, (cdiv(T, bm),),
+           (x2, amax_bits, counts if counts is not None else amax_bits, T, K, max(t_max, 1), x2.stride(0)),
+           dict(HAS_COUNTS=counts is not None, BLOCK_M=bm, BLOCK_K=bk), num_warps=4)
     _launch_rows(x, q, s, "tensor_dynamic", "fp8", counts, amax_bits)
     return q, s
 
@@ -412,7 +413,7 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., G]), 1 x group blocks; the last
     group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style)."""
     K = x.shape[-1]
-    G = triton.cdiv(K, group)
+    G = cdiv(K, group)
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], G), dtype=torch.float32,
                                                             device=x.device)
@@ -420,13 +421,13 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
     q2, s2 = q.view(-1, K), s.view(-1, G)
     if x2.shape[0] == 0:
         return q, s
-    gp2 = triton.next_power_of_2(group)
-    gpp = max(1, min(triton.next_power_of_2(G), 2048 // gp2))      # ~2K elements per program
-    _quant_group_kernel[(x2.shape[0], triton.cdiv(G, gpp))](
-        x2, _q_arg(q2), s2, counts if counts is not None else s2, K, G, max(t_max, 1),
-        x2.stride(0), q2.stride(0), s2.stride(0),
-        GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
-        BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, num_warps=4)
+    gp2 = next_power_of_2(group)
+    gpp = max(1, min(next_power_of_2(G), 2048 // gp2))      # ~2K elements per program
+    launch(_quant_group_kernel, (x2.shape[0], cdiv(G, gpp)),
+           (x2, _q_arg(q2), s2, counts if counts is not None else s2, K, G, max(t_max, 1),
+            x2.stride(0), q2.stride(0), s2.stride(0)),
+           dict(GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
+                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None), num_warps=4)
     return q, s
 
 
@@ -448,7 +449,7 @@ def act_and_quant(h: torch.Tensor, activation, mode: str = "token", group: int =
     lead = h.shape[:-1]
     qtype = "int8" if quant_dtype == torch.int8 else "fp8"
     q = out if out is not None else torch.empty((*lead, I), dtype=quant_dtype, device=h.device)
-    G = triton.cdiv(I, group) if mode == "group" else 1
+    G = cdiv(I, group) if mode == "group" else 1
     if mode == "tensor_static":
         s = scale.reshape(1).float()
     elif out_scale is not None:
@@ -461,23 +462,23 @@ def act_and_quant(h: torch.Tensor, activation, mode: str = "token", group: int =
     if M == 0:
         return q, s
     if mode == "token":
-        bc = min(triton.next_power_of_2(max(I, 16)), 2048)
+        bc = min(next_power_of_2(max(I, 16)), 2048)
         grid, block_g, grp = (M, 1), 1, bc
     elif mode == "group":
-        bc = triton.next_power_of_2(group)
-        block_g = max(1, min(triton.next_power_of_2(G), 2048 // bc))
-        grid, grp = (M, triton.cdiv(G, block_g)), group
+        bc = next_power_of_2(group)
+        block_g = max(1, min(next_power_of_2(G), 2048 // bc))
+        grid, grp = (M, cdiv(G, block_g)), group
     else:
-        bc = min(triton.next_power_of_2(max(I, 16)), 2048)
+        bc = min(next_power_of_2(max(I, 16)), 2048)
         block_g, grp = 1, bc
-        grid = (M, triton.cdiv(I, bc))
+        grid = (M, cdiv(I, bc))
     s2 = s.view(-1, s.shape[-1]) if mode != "tensor_static" else s
-    _act_quant_kernel[grid](
-        h2, _q_arg(q2), s2, counts if counts is not None else s2, I, G, max(t_max, 1),
-        h2.stride(0), q2.stride(0), s2.stride(0) if mode != "tensor_static" else 0,
-        float(swiglu_limit) if swiglu_limit is not None else 0.0, float(alpha), float(limit),
-        ACTIVATION=act.value, GATED=act.is_gated, CLAMP=swiglu_limit is not None,
-        MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX, POW2=bool(pow2),
-        BITWISE_FP8=_bitwise_fp8(h2), HAS_COUNTS=counts is not None,
-        GROUP=grp, BLOCK_G=block_g, BLOCK_C=bc, num_warps=4)
+    launch(_act_quant_kernel, grid,
+           (h2, _q_arg(q2), s2, counts if counts is not None else s2, I, G, max(t_max, 1),
+            h2.stride(0), q2.stride(0), s2.stride(0) if mode != "tensor_static" else 0,
+            float(swiglu_limit) if swiglu_limit is not None else 0.0, float(alpha), float(limit)),
+           dict(ACTIVATION=act.value, GATED=act.is_gated, CLAMP=swiglu_limit is not None,
+                MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX, POW2=bool(pow2),
+                BITWISE_FP8=_bitwise_fp8(h2), HAS_COUNTS=counts is not None,
+                GROUP=grp, BLOCK_G=block_g, BLOCK_C=bc), num_warps=4)
     return q, s

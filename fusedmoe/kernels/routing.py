@@ -29,6 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launcher import cdiv, launch, next_power_of_2
+
 __all__ = ["fused_topk"]
 
 _BIG_INDEX = tl.constexpr(1 << 30)     # larger than any expert / group index
@@ -134,7 +136,7 @@ def _launch_shape(T: int, tile: int) -> tuple[int, int]:
     T = 32768: E=8 2.9 us, E=60 12 us, E=128 24 us; DeepSeek-V3 T = 16384: 28 us.
     """
     block_t = 1 if tile >= 256 else max(1, min(32, 512 // tile))
-    block_t = min(block_t, triton.next_power_of_2(max(T, 1)))
+    block_t = min(block_t, next_power_of_2(max(T, 1)))
     num_warps = max(1, min(8, block_t * tile // 1024))  # E > 1024: more warps, <= 32 values per thread
     return block_t, num_warps
 
@@ -172,20 +174,19 @@ def fused_topk(logits: torch.Tensor, top_k: int, *, sigmoid: bool, renormalize: 
     G = num_groups if grouped else 1
     assert E % G == 0, "validated by the caller"
     Gs = E // G
-    BG, BGs = triton.next_power_of_2(G), triton.next_power_of_2(Gs)
+    BG, BGs = next_power_of_2(G), next_power_of_2(Gs)
     bt, nw = _launch_shape(T, BG * BGs)
     block_t, num_warps = block_t or bt, num_warps or nw
     has_bias = correction_bias is not None
-    grid = (triton.cdiv(T, block_t),)
-    _fused_topk_kernel[grid](
-        logits, correction_bias if has_bias else logits, out_weights, out_ids,
-        T, logits.stride(0), logits.stride(1), out_weights.stride(0), out_weights.stride(1),
-        out_ids.stride(0), out_ids.stride(1),
-        float(routed_scaling_factor),
-        NUM_GROUPS=G, GROUP_SIZE=Gs, TOPK_GROUPS=topk_groups if grouped else 0, TOP_K=top_k,
-        E_PAD=BG * Gs + BGs, BLOCK_T=block_t, BLOCK_G=BG, BLOCK_GS=BGs, BLOCK_K=triton.next_power_of_2(top_k),
-        SIGMOID=bool(sigmoid), RENORMALIZE=bool(renormalize), HAS_BIAS=has_bias,
-        GROUPED=grouped, GROUP_TOP2=has_bias and Gs > 1,
-        num_warps=num_warps,
-    )
+    grid = (cdiv(T, block_t),)
+    launch(_fused_topk_kernel, grid,
+           (logits, correction_bias if has_bias else logits, out_weights, out_ids,
+            T, logits.stride(0), logits.stride(1), out_weights.stride(0), out_weights.stride(1),
+            out_ids.stride(0), out_ids.stride(1),
+            float(routed_scaling_factor)),
+           dict(NUM_GROUPS=G, GROUP_SIZE=Gs, TOPK_GROUPS=topk_groups if grouped else 0, TOP_K=top_k,
+                E_PAD=BG * Gs + BGs, BLOCK_T=block_t, BLOCK_G=BG, BLOCK_GS=BGs, BLOCK_K=next_power_of_2(top_k),
+                SIGMOID=bool(sigmoid), RENORMALIZE=bool(renormalize), HAS_BIAS=has_bias,
+                GROUPED=grouped, GROUP_TOP2=bool(has_bias and Gs > 1)),
+           num_warps=num_warps)
     return out_weights, out_ids
