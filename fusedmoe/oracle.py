@@ -41,8 +41,8 @@ PRIORITY: dict[tuple[str, str], list[str]] = {
     # CPU: grouped_mm is one call per GEMM; the reference loops over experts in Python.
     ("none", "cpu"): ["grouped_mm", "triton", "torch_ref"],
     # fp8 / int8 W8A8 with tensor cores (sm89+): native Triton first, emulation as the safe path.
-    # grouped_mm serves fp8_channel only, on sm90 only (torch._scaled_grouped_mm); NOT YET
-    # MEASURED against triton: placed after the Triton backends until the benchmark decides.
+    # grouped_mm serves fp8_channel only, on sm90 only (torch._scaled_grouped_mm); measured on
+    # H100 (qwen3-30b-a3b, T=1..16384): 3-5x slower than triton, hence after the Triton backends.
     ("w8a8", "cuda"): ["triton", "triton_batched", "grouped_mm", "emulation", "torch_ref"],
     ("w8a8", "cpu"): ["emulation", "triton", "torch_ref"],
     # weight-only and fp4 formats: no native kernel yet on these chips -> emulation (dequantized once).
