@@ -165,9 +165,10 @@ def _variants(config, quant, platform):
     out = {"source": lc.describe()}
     for T in BUCKETS:
         c1, c2 = lc.get(T)
+        tma = lambda c: " tma" if c.get("USE_TMA") else ""  # noqa: E731
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
-                         f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
-                         f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}")
+                         f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{tma(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
+                         f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{tma(c2)}")
     return out
 
 
