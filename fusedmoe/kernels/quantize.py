@@ -242,28 +242,6 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, K, T_
 
 
 @triton.jit
-def _quant_token_tile_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, T, K, T_MAX, stride_xm, stride_qm,
-                             QTYPE: tl.constexpr, QMAX: tl.constexpr, BITWISE_FP8: tl.constexpr,
-                             HAS_COUNTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Per-token scales, rows that fit one chunk, BLOCK_M rows per program. (One row per
-    program made the GPU schedule 131072 tiny programs for GEMM2's input of qwen3 at
-    T=16384, K=768: 204 us, twice its bytes' time.) Same numerics as _quant_rows_kernel."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)                 # [BM]
-    ok = rows < T
-    if HAS_COUNTS:                                      # batched padding rows: never touched
-        cnt = tl.load(counts_ptr + rows // T_MAX, mask=ok, other=0)
-        ok = ok & ((rows % T_MAX) < cnt)
-    cols = tl.arange(0, BLOCK_K)
-    m = ok[:, None] & (cols[None, :] < K)
-    r64 = rows.to(tl.int64)
-    x = tl.load(x_ptr + r64[:, None] * stride_xm + cols[None, :], mask=m, other=0.0)      # [BM, BK]
-    scale = _scale_from_amax_bits(tl.max(_abs_bits(x), axis=1), QMAX, False)             # [BM]
-    tl.store(scale_ptr + rows, scale, mask=ok)
-    s2 = tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K))   # div_rn does not broadcast
-    tl.store(q_ptr + r64[:, None] * stride_qm + cols[None, :], _quantize(x, s2, QTYPE, BITWISE_FP8), mask=m)
-
-
-@triton.jit
 def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, K, G, T_MAX,
                         stride_xm, stride_qm, stride_sm,
                         GROUP: tl.constexpr, GROUP_P2: tl.constexpr, GROUPS_PER_PROG: tl.constexpr,
@@ -371,16 +349,6 @@ def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None):
     T, K = x2.shape
     bk = _block_k(K)
     if T == 0:
-        return
-    if mode == "token" and K <= bk:
-        # several rows per program, ~8K elements per tile
-        bm = max(1, min(16, 8192 // bk))
-        launch(_quant_token_tile_kernel, (cdiv(T, bm),),
-               (x2, _q_arg(q2), scale, counts if counts is not None else scale, T, K, max(t_max, 1),
-                x2.stride(0), q2.stride(0)),
-               dict(QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
-                    BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, BLOCK_M=bm, BLOCK_K=bk),
-               num_warps=8 if bm * bk >= 8192 else 4)
         return
     launch(_quant_rows_kernel, (T,),
            (x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
