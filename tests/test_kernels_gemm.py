@@ -357,6 +357,9 @@ def test_default_config_regimes():
         assert c1["BLOCK_SIZE_M"] == c2["BLOCK_SIZE_M"]
         assert set(c1) == {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
                            "num_stages", "SPLIT_K"}
+    # middle regime (8 < tokens/expert <= 64): BM = next_pow2(2 x mean) covers the busiest expert
+    assert default_config(64, 8, 2 * 14336, 4096, 2, torch.bfloat16)["BLOCK_SIZE_M"] == 32      # 16/expert
+    assert default_config(256, 8, 2 * 14336, 4096, 2, torch.bfloat16)["BLOCK_SIZE_M"] == 128    # 64/expert
     assert set(ACTIVATIONS) == {"silu", "gelu", "gelu_tanh", "swigluoai", "relu2_no_mul", "silu_no_mul",
                                 "gelu_no_mul"}
 

@@ -328,6 +328,20 @@ def test_workspace_is_declared_and_allocated_once(mk, which, monkeypatch):
     kern(x5, tw5, ti5)
     # a new T is a new shape, except for the batched format whose buffers depend on T_max only
     assert len(kern._ws) == (1 if which == "batched" else 2)
+    kern.reset_workspaces()                               # freed; rebuilt on the next call
+    assert kern._ws == {} and kern._last_ws is None
+    assert torch.equal(kern(x, tw, ti), out1)
+
+
+def test_chunked_and_single_chunk_paths_agree(small):
+    # T <= chunk runs without views; T > chunk slices: both must give the same rows
+    cfg, w = small
+    one = ModularKernel(NoEP(), GroupedMMExperts(cfg, w))
+    many = ModularKernel(NoEP(), GroupedMMExperts(cfg, w), chunk_size=3)
+    g = torch.Generator().manual_seed(5)
+    x, tw = torch.randn(10, 32, generator=g), torch.rand(10, 2, generator=g)
+    ti = torch.randint(0, 8, (10, 2), generator=g, dtype=torch.int32)
+    torch.testing.assert_close(one(x, tw, ti), many(x, tw, ti))
 
 
 def test_workspace_cache_is_bounded(small):

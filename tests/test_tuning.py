@@ -273,6 +273,18 @@ def test_candidates_decode_never_use_big_blocks():
     assert {c["BLOCK_SIZE_M"] for c in big} == {64, 128}
 
 
+def test_candidates_block_m_covers_the_busiest_expert():
+    # Mixtral T=64: 16 tokens per expert on average, the busiest ~2x: BM 32 must be tried
+    # (H100: BM 32 beat every BM 16 config, which streams that expert's weights twice)
+    bms = {c["BLOCK_SIZE_M"] for c in tuning.candidate_configs(64, 8, 2, 14336, 4096)}
+    assert 32 in bms and max(bms) <= 32
+    # GEMM2 up to 64 tokens per expert may split its long K to fill the SMs
+    tiles = tuning.candidate_configs(256, 8, 2, 4096, 14336, gemm="gemm2")[:2]
+    split = tuning.candidate_configs(256, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=tiles)
+    assert split and {c["SPLIT_K"] for c in split} >= {2, 4}
+    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=tiles) == []
+
+
 def test_candidates_fit_the_matrix_and_shared_memory():
     cands = tuning.candidate_configs(4096, 64, 8, 48, 40)  # tiny N and K
     assert cands
