@@ -439,7 +439,7 @@ def _smem(bm, bn, bk, stages, a_bytes, w_bytes, b_tiles: int = 1) -> float:
     return stages * (bm * bk * a_bytes + b_tiles * bn * bk * w_bytes)
 
 
-STAGES = ("tiles", "pipeline", "split", "group")
+STAGES = ("tiles", "pipeline", "split", "group", "tma")
 
 
 def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm: str = "gemm1",
@@ -454,7 +454,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     ``bm_divides``: GEMM2's BM must divide GEMM1's (they share one alignment of the tokens).
     ``stage``: 'tiles' (BM x BN x BK, heuristic warps/stages), 'pipeline' (warps x stages of
     ``tiles``), 'split' (GEMM2 only, few tokens per expert: SPLIT_K of ``tiles`` to fill the
-    SMs), 'group' (GROUP_SIZE_M of ``tiles``, only when an expert spans several M blocks).
+    SMs), 'group' (GROUP_SIZE_M of ``tiles``, only when an expert spans several M blocks),
+    'tma' (``tiles`` with USE_TMA, prefill tiles only, when triton has TMA descriptors).
     ``space`` ({key: [values]}) replaces the generated values of a key.
     """
     s = QuantScheme.parse(scheme)
@@ -524,6 +525,14 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
                 continue
             for g in groups:
                 out.append({**t, "GROUP_SIZE_M": g})
+    elif stage == "tma":
+        # weight tiles through a TMA descriptor (grouped_gemm's USE_TMA; triton >= 3.4, Hopper+):
+        # 0.4-3.6% on H100 prefill in docs/BENCHMARKS.md's A/B, mixed at T=1024: worth timing
+        # where tiles are tensor-core sized; decode tiles (BM 16) are left alone
+        if _tma_available():
+            for t in tiles:
+                if t["BLOCK_SIZE_M"] >= 64 and not t.get("USE_TMA"):
+                    out.append({**t, "USE_TMA": True})
     else:
         raise ConfigError("stage", stage, list(STAGES), "internal use")
     seen, uniq = set(), []
@@ -541,6 +550,16 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
 def _tuning_backend(scheme: QuantScheme) -> str:
     weight_only = (QuantMethod.INT8_W8A16, QuantMethod.INT4_W4A16, QuantMethod.FP8_W8A16, QuantMethod.MXFP4)
     return "triton_weight_only" if scheme.method in weight_only else "triton"
+
+
+def _tma_available() -> bool:
+    """TMA descriptors in this Triton (>= 3.4) and a Hopper-or-newer current GPU."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401,PLC0415
+    except ImportError:
+        return False
+    import torch  # noqa: PLC0415
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
 def _key(c: dict) -> tuple:
@@ -568,7 +587,8 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
     config cannot launch); ``check(pair) -> (ok, rel_err)`` compares with the reference.
     GEMM1 is searched with GEMM2 at ``default_pair[1]``, then GEMM2 with GEMM1 at its winner
     (GEMM2's BLOCK_SIZE_M dividing GEMM1's). Each GEMM: tiles, then warps x stages of the best
-    two tiles, then (GEMM2, decode) SPLIT_K of the best two, then GROUP_SIZE_M of the best.
+    two tiles, then (GEMM2, decode) SPLIT_K of the best two, then GROUP_SIZE_M of the best,
+    then the best with TMA weight loads (prefill tiles, triton >= 3.4).
     The fastest correct pair among the top three of each GEMM wins.
     """
     s = QuantScheme.parse(scheme)
@@ -599,6 +619,7 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
         run(candidate_configs(T, E, top_k, n_out, k_in, stage="pipeline", tiles=[c for _, c in ranked()[:2]], **kw))
         run(candidate_configs(T, E, top_k, n_out, k_in, stage="split", tiles=[c for _, c in ranked()[:2]], **kw))
         run(candidate_configs(T, E, top_k, n_out, k_in, stage="group", tiles=[c for _, c in ranked()[:1]], **kw))
+        run(candidate_configs(T, E, top_k, n_out, k_in, stage="tma", tiles=[c for _, c in ranked()[:1]], **kw))
         return [c for _, c in ranked()]
 
     gated = N13 == 2 * I

@@ -285,6 +285,16 @@ def test_candidates_block_m_covers_the_busiest_expert():
     assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=tiles) == []
 
 
+def test_candidates_tma_stage(monkeypatch):
+    t64, t16 = full(64), full(16)
+    monkeypatch.setattr(tuning, "_tma_available", lambda: True)
+    got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64, t16])
+    assert got == [{**t64, "USE_TMA": True}]             # decode tiles (BM 16) are not tried
+    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got) == []
+    monkeypatch.setattr(tuning, "_tma_available", lambda: False)
+    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64]) == []
+
+
 def test_candidates_fit_the_matrix_and_shared_memory():
     cands = tuning.candidate_configs(4096, 64, 8, 48, 40)  # tiny N and K
     assert cands
