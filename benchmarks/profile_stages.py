@@ -79,12 +79,20 @@ def host_us(fn, args, n: int = 300, no_launch: bool = False) -> float:
 
     from triton.runtime.jit import JITFunction
     if no_launch:   # the framework's own host time: every Triton launch becomes a no-op
-        run = JITFunction.run
+        from fusedmoe.kernels import launcher
+        run, env_was = JITFunction.run, os.environ.get("FUSEDMOE_FAST_LAUNCH")
+        os.environ["FUSEDMOE_FAST_LAUNCH"] = "0"      # the cached launcher bypasses JITFunction.run
+        launcher.reset()
         JITFunction.run = lambda self, *a, **kw: None
         try:
             return host_us(fn, args, n)
         finally:
             JITFunction.run = run
+            if env_was is None:
+                os.environ.pop("FUSEDMOE_FAST_LAUNCH", None)
+            else:
+                os.environ["FUSEDMOE_FAST_LAUNCH"] = env_was
+            launcher.reset()
     for _ in range(10):
         fn(*args)
     torch.cuda.synchronize()

@@ -42,7 +42,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Optional, Sequence
 
 from . import env
 from .config import MoEConfig, QuantMethod, QuantScheme, Routing, dtype_name
@@ -554,12 +554,10 @@ def _tuning_backend(scheme: QuantScheme) -> str:
 
 def _tma_available() -> bool:
     """TMA descriptors in this Triton (>= 3.4) and a Hopper-or-newer current GPU."""
-    try:
-        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401,PLC0415
-    except ImportError:
-        return False
     import torch  # noqa: PLC0415
-    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+    from .kernels.grouped_gemm import TensorDescriptor  # noqa: PLC0415  (None when triton lacks it)
+    return TensorDescriptor is not None and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
 def _key(c: dict) -> tuple:

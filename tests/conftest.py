@@ -2,7 +2,9 @@
 
 - ``gpu`` marker: such tests are skipped cleanly on a machine without CUDA.
 - ``slow`` marker: skipped unless RUN_SLOW=1 (a few compile-heavy checks).
-- Every test runs with no ``FUSEDMOE_*`` variable set (hermetic; set them with monkeypatch).
+- Every test runs with no ``FUSEDMOE_*`` variable set (hermetic; set them with monkeypatch)
+  and with the oracle's log-once memory empty. ``builtin_only``: the registry holds exactly
+  the built-in backends.
 - The ``mk`` fixture builds random layers: configs, weights in any scheme (through
   ``fusedmoe.quantize.quantize_experts``), tokens, router logits and top-k choices. Helpers
   are reached through a fixture (not ``from conftest import ...``) because the repository
@@ -115,6 +117,24 @@ def make_topk(T: int, E: int, k: int, seed: int = 3, exclude=()):
     ids = scores.topk(k, dim=1).indices.to(torch.int32)
     w = torch.rand(T, k, generator=g) + 0.2
     return w, ids
+
+
+@pytest.fixture(autouse=True)
+def _fresh_oracle_log(monkeypatch):
+    """Selections are logged once per key process-wide; start each test with none logged."""
+    from fusedmoe import oracle
+    monkeypatch.setattr(oracle, "_logged", set())
+
+
+@pytest.fixture
+def builtin_only(monkeypatch):
+    """The registry holds exactly the built-in backends during the test."""
+    from fusedmoe.backends import registry
+    specs = registry.registered()
+    missing = [n for n in registry.BUILTIN_MODULES if n not in specs]
+    if missing:
+        pytest.skip(f"built-in backends not registered in this build: {missing}")
+    monkeypatch.setattr(registry, "_REGISTRY", {n: specs[n] for n in registry.BUILTIN_MODULES})
 
 
 @pytest.fixture

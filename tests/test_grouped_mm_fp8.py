@@ -16,8 +16,7 @@ import torch
 
 import fusedmoe.oracle as oracle
 from fusedmoe.backends import grouped_mm as gmm
-from fusedmoe.backends import registry
-from fusedmoe.backends.registry import get_spec, registered
+from fusedmoe.backends.registry import get_spec
 from fusedmoe.config import MoEConfig, ParallelConfig, QuantScheme, Routing
 from fusedmoe.errors import NoBackendError
 from fusedmoe.layer import prepare_experts
@@ -27,19 +26,7 @@ from fusedmoe.reference.moe import reference_moe
 from fusedmoe.reference.routing import route
 from fusedmoe.tolerances import rel_error, tolerance
 
-BUILTIN = ("torch_ref", "grouped_mm", "emulation", "triton", "triton_batched")
 HAS_OP = getattr(torch, "_scaled_grouped_mm", None) is not None
-
-
-@pytest.fixture(autouse=True)
-def _fresh_log_dedup(monkeypatch):
-    monkeypatch.setattr(oracle, "_logged", set())
-
-
-@pytest.fixture
-def builtin_only(monkeypatch):
-    specs = registered()
-    monkeypatch.setattr(registry, "_REGISTRY", {n: specs[n] for n in BUILTIN if n in specs})
 
 
 @pytest.fixture
@@ -189,6 +176,14 @@ class StandIn:
         return out
 
 
+def _matches_reference(pe, cfg, w, x, tw, ti):
+    out = pe(x, tw, ti)
+    err = rel_error(out, reference_moe(x, w, tw, ti, cfg))
+    assert out.dtype == x.dtype and torch.isfinite(out).all()
+    assert err <= tolerance(cfg.dtype, "fp8_channel"), err
+    return out
+
+
 @pytest.fixture
 def stand_in(monkeypatch):
     f = StandIn()
@@ -199,12 +194,7 @@ def stand_in(monkeypatch):
 def _cpu_check(cfg, w, x, tw, ti, stand_in):
     pe = prepare_experts(cfg, w, "grouped_mm", platform=Platform.preset("h100"))
     assert isinstance(pe.kernel.experts, gmm.GroupedMMFp8Experts)
-    out = pe(x, tw, ti)
-    ref = reference_moe(x, w, tw, ti, cfg)
-    err = rel_error(out, ref)
-    assert out.dtype == x.dtype and torch.isfinite(out).all()
-    assert err <= tolerance(cfg.dtype, "fp8_channel"), err
-    return pe, out
+    return pe, _matches_reference(pe, cfg, w, x, tw, ti)
 
 
 @pytest.mark.parametrize("T", [1, 7, 64, 300])
@@ -286,12 +276,7 @@ def _gpu_check(cfg, w, x, tw, ti):
         pytest.skip("grouped_mm fp8_channel cannot run on this GPU: " + "; ".join(map(str, why)))
     pe = prepare_experts(cfg, w, "grouped_mm")
     assert isinstance(pe.kernel.experts, gmm.GroupedMMFp8Experts)
-    out = pe(x, tw, ti)
-    ref = reference_moe(x, w, tw, ti, cfg)
-    err = rel_error(out, ref)
-    assert out.dtype == x.dtype and torch.isfinite(out).all()
-    assert err <= tolerance(cfg.dtype, "fp8_channel"), err
-    return pe, out
+    return pe, _matches_reference(pe, cfg, w, x, tw, ti)
 
 
 @pytest.mark.gpu

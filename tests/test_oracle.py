@@ -17,8 +17,7 @@ import torch
 
 import fusedmoe.layer as layer_mod
 import fusedmoe.oracle as oracle
-from fusedmoe.backends import registry
-from fusedmoe.backends.registry import BackendSpec, Reason, get_spec, register, registered, unregister
+from fusedmoe.backends.registry import BUILTIN_MODULES, BackendSpec, Reason, get_spec, register, registered, unregister
 from fusedmoe.backends.torch_ref import TorchRefExperts
 from fusedmoe.config import Activation, MoEConfig, QuantMethod, QuantScheme
 from fusedmoe.errors import ConfigError, NoBackendError
@@ -28,23 +27,7 @@ from fusedmoe.platform import Platform
 from fusedmoe.reference.moe import reference_moe
 from fusedmoe.tolerances import rel_error, tolerance
 
-BUILTIN = ("torch_ref", "grouped_mm", "emulation", "triton", "triton_batched")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_log_dedup(monkeypatch):
-    """Selections are logged once per key process-wide; start each test with none logged."""
-    monkeypatch.setattr(oracle, "_logged", set())
-
-
-@pytest.fixture
-def builtin_only(monkeypatch):
-    """The registry holds exactly the built-in backends during the test."""
-    specs = registered()
-    missing = [n for n in BUILTIN if n not in specs]
-    if missing:
-        pytest.skip(f"built-in backends not registered in this build: {missing}")
-    monkeypatch.setattr(registry, "_REGISTRY", {n: specs[n] for n in BUILTIN})
+BUILTIN = BUILTIN_MODULES
 
 
 def cfg_(dtype="bfloat16", **kw) -> MoEConfig:
