@@ -13,6 +13,9 @@ callers read them outside the forward pass (at construction / selection time).
 | FUSEDMOE_LOG_LEVEL          | log level of the ``fusedmoe`` logger (default WARNING)        |
 | FUSEDMOE_FAST_LAUNCH        | 0: every Triton launch goes through ``kernel[grid](...)``     |
 |                             | (no cached launcher, kernels/launcher.py; default 1)          |
+| FUSEDMOE_DECODE_PAIRS       | the ``triton`` backend's decode kernels (kernels/decode.py)   |
+|                             | serve T*k <= this many pairs; 0 turns them off (default:      |
+|                             | max(k, E // 8), see backends/triton.py)                       |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ
@@ -27,7 +30,7 @@ from .errors import ConfigError
 DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
-             "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH")
+             "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS")
 
 
 def backend() -> str | None:
@@ -66,6 +69,21 @@ def debug() -> bool:
 def fast_launch() -> bool:
     """False when FUSEDMOE_FAST_LAUNCH is 0/false: no cached Triton launches (on by default)."""
     return os.environ.get("FUSEDMOE_FAST_LAUNCH", "1").strip() not in ("0", "false", "False")
+
+
+def decode_pairs() -> int | None:
+    """FUSEDMOE_DECODE_PAIRS as an int (None when unset: the backend's own rule)."""
+    v = os.environ.get("FUSEDMOE_DECODE_PAIRS", "").strip()
+    if not v:
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ConfigError("FUSEDMOE_DECODE_PAIRS", v, "an integer >= 0 (0: no decode kernels)",
+                          "unset it or set e.g. FUSEDMOE_DECODE_PAIRS=16")
+    return n
 
 
 def log_level() -> str:

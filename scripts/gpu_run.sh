@@ -5,6 +5,8 @@
 #   scripts/gpu_run.sh tune  [args]    fusedmoe tune  (writes JSON under $OUT/configs)
 #   scripts/gpu_run.sh diag            where the time goes (benchmarks/profile_stages.py): host time
 #                                      at decode, per-stage times of bf16 / fp8 prefill
+#   scripts/gpu_run.sh decode          decode kernels: their GPU tests, then benchmarks/decode_ab.py
+#                                      (tile sweep, PDL, decode vs grouped path per T)
 #   scripts/gpu_run.sh all             test + the 16-bit benchmark of docs/BENCHMARKS.md
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -38,6 +40,11 @@ case "$stage" in
         timeout 90 python3 benchmarks/profile_stages.py --split --quant fp8_block --model deepseek-v3:8 --tokens 16,4096,16384 > "$OUT/diag_fp8b.txt" 2>&1
         timeout 90 python3 benchmarks/profile_stages.py --split --quant fp8_channel --model qwen3-30b-a3b --tokens 16,4096,16384 > "$OUT/diag_fp8c.txt" 2>&1
         grep -h "==\|host:\|split:" "$OUT"/diag_*.txt ;;
+  decode) env_info
+        python3 -c "import triton.language.extra.cuda as c; print('gdc:', hasattr(c, 'gdc_wait'))" | tee -a "$OUT/env.txt"
+        timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_decode.py \
+          tests/test_backends.py -k "decode or cuda_bf16" 2>&1 | tee "$OUT/decode_tests.log" | tail -15
+        timeout 420 python3 benchmarks/decode_ab.py --out "$OUT/decode_ab.json" "$@" 2>&1 | tee "$OUT/decode_ab.txt" ;;
   all) env_info; run_tests
        run_bench --model mixtral-8x7b,qwen3-30b-a3b --tokens 1,16,64,256,1024,4096,16384 ;;
   *) echo "unknown stage $stage"; exit 2 ;;

@@ -195,6 +195,25 @@ def test_token_sweep_with_an_idle_poisoned_expert(mk, backend, scheme, T):
     assert torch.isfinite(out).all()
 
 
+# ------------------------------------------------------------------------------ triton's decode path
+TRITON_SCHEMES = ["none", "fp8_tensor", "fp8_tensor:static", "fp8_channel", "fp8_block", "int8_channel"]
+
+
+@pytest.mark.parametrize("feature", ["plain", "bias_ep"])
+@pytest.mark.parametrize("scheme", TRITON_SCHEMES)
+def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature):
+    # the token sweep above reaches the decode kernels only at T=1 (and in none / fp8_block);
+    # raise the pair bound so T=7 (14 pairs) takes them for every scheme triton declares,
+    # with biases and an expert_map (tokens with no local expert must come out as zeros)
+    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "16")
+    kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", **kw)
+    w = mk.weights(cfg, scheme, seed=21)
+    pe = build("triton", cfg, w)
+    assert pe.kernel.experts.decode_pairs == 16
+    check(pe, cfg, w, mk.x(cfg, 7, seed=22), mk.logits(cfg, 7, seed=23))
+
+
 # ------------------------------------------------------------------------------ strided inputs
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_strided_inputs(mk, backend):

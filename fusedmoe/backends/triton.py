@@ -1,6 +1,14 @@
 """``triton``: fusedmoe's Triton grouped-GEMM experts, standard format.
 
-Per call (T tokens): align (1 launch for T*k <= 4096, else 3) -> GEMM1 with the gated
+Two paths, chosen per call by the pair count T*k (the selection report lists them per T):
+  decode  (T*k <= max(k, E // 8), or FUSEDMOE_DECODE_PAIRS): kernels/decode.py, two
+          launches: GEMM1 per (pair, N tile) reading the expert ids itself (no align), and
+          GEMM2 per (token, N tile) summing the token's k slots in a fixed order (no
+          reduce kernel, deterministic). Below the bound most pairs hit distinct experts,
+          so reading weights per pair instead of per expert costs little.
+  grouped (otherwise), below.
+
+Grouped, per call (T tokens): align (1 launch for T*k <= 4096, else 3) -> GEMM1 with the gated
 activation fused in its epilogue -> [requantize GEMM2's input for W8A8 schemes] ->
 GEMM2 with the routing weight fused -> reduce over k (deterministic: fixed order;
 bitwise reproducible). No host sync; every buffer comes from the declared workspace
@@ -18,7 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Activation, GateUpLayout, MoEConfig, QuantMethod
+from .. import env
+from ..config import GateUpLayout, MoEConfig, QuantMethod
 from ..modular.interfaces import ActivationFormat, Experts, NoOpWeightAndReduce, WorkspaceSpec
 from ..modular.prepare_finalize import quantize_activation
 from ..weights import ExpertWeights
@@ -32,6 +41,13 @@ BUCKETS = (1, 16, 64, 256, 1024, 4096, 16384)
 # fp8 tensor cores arrive with sm89 (Ada/Hopper); int8 ones with sm80
 QUANT_MIN_SM = {QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMethod.FP8_BLOCK: 89,
                 QuantMethod.INT8_CHANNEL: 80}
+
+
+def decode_pairs(config: MoEConfig) -> int:
+    """Largest T*k served by the decode kernels: FUSEDMOE_DECODE_PAIRS, else max(k, E // 8)
+    (one token always; more while the pairs mostly hit distinct experts)."""
+    v = env.decode_pairs()
+    return v if v is not None else max(config.top_k, config.num_local_experts // 8)
 
 
 def deinterleave_rows(t: torch.Tensor) -> torch.Tensor:
@@ -79,6 +95,7 @@ class TritonExperts(Experts):
         self.reduce = "deterministic"           # the atomic variant is kept for measurement only
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
+        self.decode_pairs = decode_pairs(config)      # read once: env is read outside the forward
         self._specs: dict = {}
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
@@ -90,13 +107,22 @@ class TritonExperts(Experts):
 
     def workspace(self, M, topk):
         # called per forward (it keys the framework's buffer cache): memoized per launch config
-        c1, c2 = self.configs(M)
-        key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1))    # all the spec depends on
+        if M * topk <= self.decode_pairs:
+            key = (M, topk)
+        else:
+            c1, c2 = self.configs(M)
+            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1))    # all the spec depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
                 self._specs.clear()
-            spec = self._specs[key] = self._workspace(M, topk, c1, c2)
+            c = self.config
+            if len(key) == 2:                                 # decode: h and out only
+                spec = WorkspaceSpec({"h": ((M * topk, c.intermediate_size), c.torch_dtype),
+                                      "out": ((M, c.hidden_size), c.torch_dtype)})
+            else:
+                spec = self._workspace(M, topk, c1, c2)
+            self._specs[key] = spec
         return spec
 
     def _workspace(self, M, topk, c1, c2):
@@ -118,6 +144,37 @@ class TritonExperts(Experts):
         return NoOpWeightAndReduce()
 
     def apply(self, prep, ws, expert_map):
+        T, k = prep.topk_ids.shape
+        if T * k <= self.decode_pairs:
+            return self._apply_decode(prep, ws, expert_map)
+        return self._apply_grouped(prep, ws, expert_map)
+
+    def _requant(self, h):
+        """GEMM2's input for W8A8 schemes: (h, None) for 16-bit activations."""
+        if not self.input_quant:
+            return h, None
+        return quantize_activation(h, self.scheme, self.weights.a2_scale)
+
+    def _must_zero_h(self, expert_map) -> bool:
+        # dropped slots' rows are never written; a dynamic per-tensor amax must not see garbage
+        return (expert_map is not None and self.scheme.method == QuantMethod.FP8_TENSOR
+                and self.weights.a2_scale is None)
+
+    def _apply_decode(self, prep, ws, expert_map):
+        from ..kernels.decode import decode_gemm1, decode_gemm2
+        c, w = self.config, self.weights
+        q = dict(quant=self.quant_mode, block_shape=self.block_shape)
+        if self._must_zero_h(expert_map):
+            ws["h"].zero_()
+        h = decode_gemm1(prep.a1q, w.w13, prep.topk_ids, c.activation.value, ws["h"], expert_map=expert_map,
+                         bias=w.w13_bias, swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha,
+                         limit=c.swigluoai_limit, a_scale=prep.a1q_scale, b_scale=w.w13_scale, **q)
+        h, h_scale = self._requant(h)
+        return decode_gemm2(h, w.w2, prep.topk_ids, prep.topk_weights, ws["out"], expert_map=expert_map,
+                            mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
+                            a_scale=h_scale, b_scale=w.w2_scale, **q)
+
+    def _apply_grouped(self, prep, ws, expert_map):
         from ..kernels.align import AlignResult, align_block_size
         from ..kernels.grouped_gemm import gemm1_act, gemm2
         c, w = self.config, self.weights
@@ -127,14 +184,12 @@ class TritonExperts(Experts):
         align = align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,
                                  out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]))
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
-        if expert_map is not None and self.scheme.method == QuantMethod.FP8_TENSOR and w.a2_scale is None:
-            ws["h"].zero_()   # dropped slots' rows are never written; the dynamic amax must not see garbage
+        if self._must_zero_h(expert_map):
+            ws["h"].zero_()
         h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias,
                       swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
                       config=c1, a_scale=prep.a1q_scale, b_scale=w.w13_scale, **q)
-        h_scale = None
-        if self.input_quant:
-            h, h_scale = quantize_activation(h, self.scheme, w.a2_scale)
+        h, h_scale = self._requant(h)
         return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                      config=c2, reduce=self.reduce, workspace=ws.get("y"),
@@ -163,7 +218,12 @@ def _variants(config, quant, platform):
     except Exception as e:  # Triton missing on a dry-run machine: say so instead of failing explain
         return {"all": f"(launch configs unavailable here: {e})"}
     out = {"source": lc.describe()}
+    dp = decode_pairs(config)
     for T in BUCKETS:
+        if T * config.top_k <= dp:
+            out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
+                             "GEMM2 per (token, N tile) with the k-sum fused, no reduce")
+            continue
         c1, c2 = lc.get(T)
         tma = lambda c: " tma" if c.get("USE_TMA") else ""  # noqa: E731
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "

@@ -1,0 +1,168 @@
+"""Decode kernels on the GPU: tile sweep, PDL, and decode vs grouped path per T.
+
+    python3 benchmarks/decode_ab.py --out $OUT/decode_ab.json [--quick]
+
+A. T=1, bf16, each decode kernel alone (CUDA-graph replay over rotating input sets, so L2
+   does not hold the weights): BLOCK_N x BLOCK_K x num_warps, GB/s of the weights read.
+B. The two decode kernels back to back, with and without programmatic dependent launch.
+C. The layer through ``prepare_experts('triton')`` with FUSEDMOE_DECODE_PAIRS=0 (grouped
+   path) and =4096 (decode path) at T = 1, 2, 4, 8, 16: graph and eager µs and % of the
+   weight-read roofline; bf16 for the three presets, fp8_channel (qwen3), fp8_block
+   (deepseek tp8).
+Prints tables and writes every figure to the JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+from fusedmoe.bench import harness as hz
+from fusedmoe.kernels.decode import decode_config, decode_gemm1, decode_gemm2
+from fusedmoe.layer import prepare_experts
+from fusedmoe.presets import get_preset
+
+SHAPES = [("qwen3-30b-a3b", 1), ("deepseek-v3", 8), ("mixtral-8x7b", 1)]
+
+
+def graph_us(calls):
+    """Median µs of one call of the list ``calls`` (one graph holds them all)."""
+    for c in calls[:2]:
+        c()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls[:2]:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    return hz._time_cuda(g.replay, 30, warmup=2) * 1e3 / len(calls)
+
+
+def kernel_sweep(cfg, w, sets, bw, quick):
+    """Section A for one shape: best and full table per GEMM."""
+    H, I, k = cfg.hidden_size, cfg.intermediate_size, cfg.top_k
+    hs = [decode_gemm1(s.x, w.w13, s.topk_ids, "silu") for s in sets]
+    hit = sum(s.experts_hit for s in sets) / len(sets)
+    bytes1 = hit * 2 * I * H * 2
+    bytes2 = hit * H * I * 2
+    rows = []
+    bns = (8, 16) if quick else (4, 8, 16, 32)
+    bks = (512,) if quick else (256, 512)
+    for gemm in ("gemm1", "gemm2"):
+        for bn in bns:
+            for bk in bks:
+                for warps in (4,) if quick else (4, 8):
+                    c = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
+                    if gemm == "gemm1":
+                        calls = [lambda s=s, h=h: decode_gemm1(s.x, w.w13, s.topk_ids, "silu", h, config=c)
+                                 for s, h in zip(sets, hs)]
+                        nb = bytes1
+                    else:
+                        outs = [torch.empty(1, H, dtype=torch.bfloat16, device="cuda") for _ in sets]
+                        calls = [lambda s=s, h=h, o=o: decode_gemm2(h, w.w2, s.topk_ids, s.topk_weights, o, config=c)
+                                 for s, h, o in zip(sets, hs, outs)]
+                        nb = bytes2
+                    try:
+                        us = graph_us(calls)
+                        rows.append(dict(gemm=gemm, **c, us=us, gbps=nb / us / 1e3, pct=100 * nb / us / 1e3 / bw))
+                    except Exception as e:  # a config that does not compile: say so, go on
+                        rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:120]}"))
+    default = {g: decode_config(k if g == "gemm1" else 1, I if g == "gemm1" else H, H if g == "gemm1" else I, 2)
+               for g in ("gemm1", "gemm2")}
+    return rows, default
+
+
+def pdl_ab(cfg, w, sets):
+    out = {}
+    H = cfg.hidden_size
+    outs = [torch.empty(1, H, dtype=torch.bfloat16, device="cuda") for _ in sets]
+    for pdl in (False, True):
+        calls = [lambda s=s, o=o: decode_gemm2(decode_gemm1(s.x, w.w13, s.topk_ids, "silu", pdl=pdl), w.w2,
+                                               s.topk_ids, s.topk_weights, o, pdl=pdl)
+                 for s, o in zip(sets, outs)]
+        try:
+            out[f"pdl={pdl}"] = graph_us(calls)
+        except Exception as e:
+            out[f"pdl={pdl}"] = f"{type(e).__name__}: {str(e)[:160]}"
+    return out
+
+
+def layer_ab(name, tp, scheme, bw, tokens):
+    preset = get_preset(name)
+    cfg = preset.to_config(tp=tp)
+    w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+    per_expert = hz.expert_bytes(cfg.hidden_size, cfg.intermediate_size, scheme)
+    rows = []
+    for T in tokens:
+        sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=0)
+        nb = hz.moe_bytes(T, cfg.hidden_size, sets.experts_hit, per_expert)
+        roof = nb / (bw * 1e9) * 1e6
+        for path, pairs in (("grouped", "0"), ("decode", "4096")):
+            os.environ["FUSEDMOE_DECODE_PAIRS"] = pairs
+            pe = prepare_experts(cfg, w, "triton")
+            ref_case = hz.make_check_case(cfg, w, T, "cuda")
+            chk = hz.check_against(pe, ref_case)
+            t = hz.time_impl(pe, sets, graph=True, eager=True)
+            rows.append(dict(model=name, tp=tp, scheme=scheme, T=T, path=path, us_graph=t.us_graph,
+                             us_eager=t.us_eager, roof_us=roof,
+                             pct=100 * roof / t.us_graph if t.us_graph else None,
+                             ok=chk.ok, err=chk.rel_err if chk.rel_err is not None else float("nan"), msg=chk.message))
+        os.environ.pop("FUSEDMOE_DECODE_PAIRS", None)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="decode_ab.json")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C")
+    a = ap.parse_args()
+    skip = set(a.skip.split(","))
+    ceil = hz.measure_ceilings("cuda")
+    bw = ceil.copy_gbps
+    res = {"device": ceil.device, "copy_gbps": bw, "A": {}, "B": {}, "C": []}
+    print(f"{ceil.device}: copy {bw:.0f} GB/s", flush=True)
+    for name, tp in SHAPES:
+        cfg = get_preset(name).to_config(tp=tp)
+        w = hz.make_weights(cfg, "none", "cuda", seed=0)
+        sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
+        if "A" not in skip:
+            rows, default = kernel_sweep(cfg, w, sets, bw, a.quick)
+            res["A"][name] = dict(rows=rows, default=default)
+            for g in ("gemm1", "gemm2"):
+                ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
+                print(f"A {name:14s} {g}: default {default[g]}", flush=True)
+                for r in ok[:4]:
+                    print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']}  {r['us']:7.2f} us "
+                          f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
+        if "B" not in skip:
+            res["B"][name] = pdl_ab(cfg, w, sets)
+            print(f"B {name:14s} {res['B'][name]}", flush=True)
+        del w
+        torch.cuda.empty_cache()
+    if "C" not in skip:
+        cases = [(n, tp, "none") for n, tp in SHAPES] + [("qwen3-30b-a3b", 1, "fp8_channel"),
+                                                          ("deepseek-v3", 8, "fp8_block")]
+        for name, tp, scheme in cases:
+            rows = layer_ab(name, tp, scheme, bw, (1, 2, 4, 8, 16) if not a.quick else (1, 4))
+            res["C"] += rows
+            for r in rows:
+                print(f"C {name:14s} {scheme:11s} T={r['T']:<3d} {r['path']:8s} graph {r['us_graph'] or 0:7.1f} "
+                      f"eager {r['us_eager'] or 0:7.1f} us  roof {r['roof_us']:6.1f}  "
+                      f"{r['pct'] or 0:5.1f}%  ok={r['ok']} err={r['err']:.1e}", flush=True)
+            torch.cuda.empty_cache()
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Decode kernels (fusedmoe/kernels/decode.py) against the plain-torch references.
+
+No tl.dot in these kernels, so the interpreter runs them in bf16 as well. Without CUDA they
+run under TRITON_INTERPRET=1 on tiny shapes; with CUDA the same tests run on the GPU and
+the ``gpu`` tests add real model sizes and the comparison with the grouped path.
+Legend as in test_kernels_gemm.py.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+_CUDA = torch.cuda.is_available()
+if not _CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from fusedmoe.kernels.decode import decode_config, decode_forward, decode_gemm1, decode_gemm2  # noqa: E402
+from fusedmoe.kernels.grouped_gemm import moe_forward_triton  # noqa: E402
+from fusedmoe.reference.kernels import gemm1_act_ref, gemm2_ref, moe_naive_loop, moe_ref  # noqa: E402
+from test_kernels_gemm import (DEV, E, H, I, K_TOP, QUANT_CASES, TOL, _int_operands, _pow2, _rel,  # noqa: E402
+                               _routing, _weights, _x)
+
+# odd sizes: no tile divides them (BN 4..32, BK up to 512)
+H_ODD, I_ODD = 72, 40
+CFG = dict(BLOCK_N=8, BLOCK_K=32, num_warps=4)   # several N tiles and K iterations, masked tails
+TOL_BF16 = 2e-2
+
+
+@pytest.mark.parametrize("act,kw", [
+    ("silu", {}),
+    ("silu", {"swiglu_limit": 0.3}),
+    ("gelu", {}),
+    ("gelu_tanh", {}),
+    ("swigluoai", {"alpha": 1.702, "limit": 0.4}),
+    ("relu2_no_mul", {}),
+    ("silu_no_mul", {}),
+    ("gelu_no_mul", {}),
+])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
+def test_decode_gemm1_activations_bias(act, kw, dtype):
+    gated = not act.endswith("_no_mul")
+    w13, _, b13, _ = _weights(E, H_ODD, I_ODD, dtype, gated=gated, bias=True)
+    x = _x(3, H_ODD, dtype)
+    _, ids = _routing(3, E, K_TOP)
+    h = decode_gemm1(x, w13, ids, act, bias=b13, config=CFG, **kw)
+    ref = gemm1_act_ref(x, w13, ids, act, bias=b13, **kw)
+    assert h.shape == (3 * K_TOP, I_ODD) and h.dtype == dtype
+    assert _rel(h, ref) < TOL.get(dtype, TOL_BF16)
+
+
+def test_decode_gate_up_not_interchangeable():
+    # asymmetric halves: swapping gate and up rows must change the result
+    w13, _, _, _ = _weights(E, H_ODD, I_ODD, torch.float32)
+    x = _x(2, H_ODD, torch.float32)
+    _, ids = _routing(2, E, K_TOP)
+    swapped = torch.cat([w13[:, I_ODD:], w13[:, :I_ODD]], dim=1)
+    a = decode_gemm1(x, w13, ids, "silu", config=CFG)
+    b = decode_gemm1(x, swapped, ids, "silu", config=CFG)
+    assert _rel(a, gemm1_act_ref(x, w13, ids, "silu")) < 1e-5
+    assert _rel(a, b) > 0.1
+
+
+@pytest.mark.parametrize("T", [1, 2, 7])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
+def test_decode_forward(T, dtype):
+    w13, w2, _, _ = _weights(E, H_ODD, I_ODD, dtype)
+    x = _x(T, H_ODD, dtype)
+    tw, ids = _routing(T, E, K_TOP, seed=T)
+    out = decode_forward(x, w13, w2, tw, ids, "silu")            # decode_config's own choice
+    ref = moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=dtype)
+    assert out.shape == (T, H_ODD) and out.dtype == dtype
+    assert _rel(out, ref) < TOL.get(dtype, TOL_BF16)
+    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu")) < 2 * TOL.get(dtype, TOL_BF16)
+
+
+def test_decode_matches_grouped_path_fp32_bias_map_no_weight():
+    # expert_map drops experts 1, 3, 4 (token 0 keeps none), biases on, router weight applied
+    # on the input (mul_routed_weight False) in GEMM2; the grouped path must agree
+    E_g, k, T = 6, 2, 5
+    emap = torch.tensor([0, -1, 1, -1, -1, 2], dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(3, H_ODD, I_ODD, torch.float32, bias=True)
+    x = _x(T, H_ODD, torch.float32)
+    tw, ids = _routing(T, E_g, k, seed=6)
+    ids[0] = torch.tensor([1, 3], dtype=torch.int32)
+    h = decode_gemm1(x, w13, ids, "swigluoai", expert_map=emap, bias=b13, limit=0.5, config=CFG)
+    out = torch.full((T, H_ODD), float("nan"), device=DEV)
+    decode_gemm2(h, w2, ids, tw, out, expert_map=emap, bias=b2, mul_routed_weight=False, config=CFG)
+    href = gemm1_act_ref(x, w13, ids, "swigluoai", expert_map=emap, bias=b13, limit=0.5)
+    ref = gemm2_ref(href, w2, ids, tw, expert_map=emap, bias=b2, mul_routed_weight=False)
+    assert torch.isfinite(out).all() and (out[0] == 0).all()
+    assert _rel(out, ref) < 1e-5
+    full = decode_forward(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
+    grouped = moe_forward_triton(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2,
+                                 config1=dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=32),
+                                 config2=dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=32))
+    assert _rel(full, grouped) < 1e-5
+
+
+def test_decode_no_tokens_and_one_expert_for_all():
+    w13, w2, _, _ = _weights(E, H_ODD, I_ODD, torch.float32)
+    tw, ids = _routing(0, E, K_TOP)
+    out = decode_forward(_x(0, H_ODD, torch.float32), w13, w2, tw, ids)
+    assert out.shape == (0, H_ODD)
+    x = _x(4, H_ODD, torch.float32)
+    tw, ids = _routing(4, E, 1, skew=3)                        # k=1, every token on expert 3
+    out = decode_forward(x, w13, w2, tw, ids, "gelu")
+    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "gelu")) < 1e-5
+
+
+def test_decode_deterministic():
+    w13, w2, _, _ = _weights(E, H_ODD, I_ODD, torch.float16)
+    x = _x(3, H_ODD, torch.float16)
+    tw, ids = _routing(3, E, K_TOP)
+    a = decode_forward(x, w13, w2, tw, ids)
+    b = decode_forward(x, w13, w2, tw, ids)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+@pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
+def test_decode_quantized(case):
+    # small-integer operands and power-of-two scales (see test_kernels_gemm): exact in fp32
+    quant, dt, a_shape, b_shape = case
+    T, k = 3, K_TOP
+    w_dt = torch.int8 if dt == "w8a16" else dt
+    x_dt = torch.float16 if dt == "w8a16" else dt
+    block = (16, 32) if quant == "block" else None
+    x = _int_operands((T, H), -4, 5, x_dt, 7)
+    w13 = _int_operands((E, 2 * I, H), -4, 5, w_dt, 8)
+    w2 = _int_operands((E, H, I), -4, 5, w_dt, 9)
+    a1 = _pow2(a_shape(T, H), 10) if a_shape else None
+    b1 = _pow2(b_shape(2 * I, H), 11)
+    tw, ids = _routing(T, E, k)
+    cfg = dict(BLOCK_N=8, BLOCK_K=32)
+    h = torch.empty(T * k, I, device=DEV)
+    decode_gemm1(x, w13, ids, "silu", h, quant=quant, a_scale=a1, b_scale=b1, block_shape=block, config=cfg)
+    ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1, block=block)
+    assert _rel(h, ref1) < 1e-5
+    hq = _int_operands((T * k, I), -4, 5, x_dt, 12)
+    a2 = _pow2(a_shape(T * k, I), 13) if a_shape else None
+    b2 = _pow2(b_shape(H, I), 14)
+    out = torch.empty(T, H, device=DEV)
+    decode_gemm2(hq, w2, ids, tw, out, quant=quant, a_scale=a2, b_scale=b2, block_shape=block, config=cfg)
+    ref2 = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=a2, b_scale=b2, block=block)
+    assert _rel(out, ref2) < 1e-5
+
+
+def test_decode_config_fills_the_machine():
+    # qwen3 T=1 GEMM1: 8 pairs x 768 outputs on 132 SMs -> BN 8 gives 768 programs (>= 4/SM)
+    c = decode_config(8, 768, 2048, 2, 132)
+    assert c["BLOCK_N"] == 8 and c["BLOCK_K"] == 512
+    # fp8 rows: 1 KB = 1024 elements; a 128-wide scale block caps BK at 128
+    assert decode_config(8, 768, 2048, 1, 132)["BLOCK_K"] == 1024
+    assert decode_config(8, 768, 2048, 1, 132, block_k_cap=128)["BLOCK_K"] == 128
+    # many programs already: the widest tile
+    assert decode_config(64, 4096, 4096, 2, 132)["BLOCK_N"] == 32
+    # short K: BK shrinks to cover it
+    assert decode_config(1, 64, 40, 2, 4)["BLOCK_K"] == 64
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("shape", [(128, 2048, 768, 8), (256, 7168, 256, 8), (8, 4096, 14336, 2)],
+                         ids=["qwen3", "deepseek-tp8", "mixtral"])
+@pytest.mark.parametrize("T", [1, 3, 16])
+def test_gpu_decode_real_sizes(shape, T):
+    E_, H_, I_, k = shape
+    w13, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16)
+    x = _x(T, H_, torch.bfloat16)
+    tw, ids = _routing(T, E_, k, seed=T)
+    out = decode_forward(x, w13, w2, tw, ids)
+    ref = moe_ref(x, w13, w2, tw, ids, round_h_to=torch.bfloat16)
+    assert _rel(out, ref) < TOL_BF16
+    grouped = moe_forward_triton(x, w13, w2, tw, ids)
+    assert _rel(out, grouped) < TOL_BF16
