@@ -1,10 +1,10 @@
-"""Decode kernels on the GPU: tile sweep, PDL, and decode vs grouped path per T.
+"""Decode kernels on the GPU: tile sweep, and decode vs grouped path per T.
 
     python3 benchmarks/decode_ab.py --out $OUT/decode_ab.json [--quick]
 
 A. T=1, bf16, each decode kernel alone (CUDA-graph replay over rotating input sets, so L2
-   does not hold the weights): BLOCK_N x BLOCK_K x num_warps, GB/s of the weights read.
-B. The two decode kernels back to back, with and without programmatic dependent launch.
+   does not hold the weights): BLOCK_N x BLOCK_K x num_warps x PREFETCH, GB/s of the
+   weights read, and decode_config's choice.
 C. The layer through ``prepare_experts('triton')`` with FUSEDMOE_DECODE_PAIRS=0 (grouped
    path) and =4096 (decode path) at T = 1, 2, 4, 8, 16: graph and eager µs and % of the
    weight-read roofline; bf16 for the three presets, fp8_channel (qwen3), fp8_block
@@ -14,6 +14,7 @@ Prints tables and writes every figure to the JSON.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ import torch
 
 from fusedmoe.bench import harness as hz
 from fusedmoe.kernels.decode import decode_config, decode_gemm1, decode_gemm2
+from fusedmoe.kernels.launcher import next_power_of_2 as hz_next_pow2
 from fusedmoe.layer import prepare_experts
 from fusedmoe.presets import get_preset
 
@@ -54,45 +56,31 @@ def kernel_sweep(cfg, w, sets, bw, quick):
     bytes1 = hit * 2 * I * H * 2
     bytes2 = hit * H * I * 2
     rows = []
-    bns = (8, 16) if quick else (4, 8, 16, 32)
-    bks = (512,) if quick else (256, 512)
+    kp = hz_next_pow2(k)
+    grid = list(itertools.product((4, 8) if quick else (2, 4, 8, 16), (512,) if quick else (256, 512, 1024),
+                                  (8,) if quick else (4, 8), (True,) if quick else (False, True)))
     for gemm in ("gemm1", "gemm2"):
-        for bn in bns:
-            for bk in bks:
-                for warps in (4,) if quick else (4, 8):
-                    c = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
-                    if gemm == "gemm1":
-                        calls = [lambda s=s, h=h: decode_gemm1(s.x, w.w13, s.topk_ids, "silu", h, config=c)
-                                 for s, h in zip(sets, hs)]
-                        nb = bytes1
-                    else:
-                        outs = [torch.empty(1, H, dtype=torch.bfloat16, device="cuda") for _ in sets]
-                        calls = [lambda s=s, h=h, o=o: decode_gemm2(h, w.w2, s.topk_ids, s.topk_weights, o, config=c)
-                                 for s, h, o in zip(sets, hs, outs)]
-                        nb = bytes2
-                    try:
-                        us = graph_us(calls)
-                        rows.append(dict(gemm=gemm, **c, us=us, gbps=nb / us / 1e3, pct=100 * nb / us / 1e3 / bw))
-                    except Exception as e:  # a config that does not compile: say so, go on
-                        rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:120]}"))
-    default = {g: decode_config(k if g == "gemm1" else 1, I if g == "gemm1" else H, H if g == "gemm1" else I, 2)
-               for g in ("gemm1", "gemm2")}
+        R = 2 if gemm == "gemm1" else kp
+        for bn, bk, warps, pf in grid:
+            if R * bn * bk > 32768:          # spills for sure: not worth a compile
+                continue
+            c = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=pf)
+            if gemm == "gemm1":
+                calls = [lambda s=s, h=h: decode_gemm1(s.x, w.w13, s.topk_ids, "silu", h, config=c)
+                         for s, h in zip(sets, hs)]
+                nb = bytes1
+            else:
+                outs = [torch.empty(1, H, dtype=torch.bfloat16, device="cuda") for _ in sets]
+                calls = [lambda s=s, h=h, o=o: decode_gemm2(h, w.w2, s.topk_ids, s.topk_weights, o, config=c)
+                         for s, h, o in zip(sets, hs, outs)]
+                nb = bytes2
+            try:
+                us = graph_us(calls)
+                rows.append(dict(gemm=gemm, **c, us=us, gbps=nb / us / 1e3, pct=100 * nb / us / 1e3 / bw))
+            except Exception as e:  # a config that does not compile: say so, go on
+                rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:120]}"))
+    default = {"gemm1": decode_config(2, k, I, H, 2), "gemm2": decode_config(kp, 1, H, I, 2)}
     return rows, default
-
-
-def pdl_ab(cfg, w, sets):
-    out = {}
-    H = cfg.hidden_size
-    outs = [torch.empty(1, H, dtype=torch.bfloat16, device="cuda") for _ in sets]
-    for pdl in (False, True):
-        calls = [lambda s=s, o=o: decode_gemm2(decode_gemm1(s.x, w.w13, s.topk_ids, "silu", pdl=pdl), w.w2,
-                                               s.topk_ids, s.topk_weights, o, pdl=pdl)
-                 for s, o in zip(sets, outs)]
-        try:
-            out[f"pdl={pdl}"] = graph_us(calls)
-        except Exception as e:
-            out[f"pdl={pdl}"] = f"{type(e).__name__}: {str(e)[:160]}"
-    return out
 
 
 def layer_ab(name, tp, scheme, bw, tokens):
@@ -123,29 +111,27 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_ab.json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,C")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     ceil = hz.measure_ceilings("cuda")
     bw = ceil.copy_gbps
-    res = {"device": ceil.device, "copy_gbps": bw, "A": {}, "B": {}, "C": []}
+    res = {"device": ceil.device, "copy_gbps": bw, "A": {}, "C": []}
     print(f"{ceil.device}: copy {bw:.0f} GB/s", flush=True)
     for name, tp in SHAPES:
         cfg = get_preset(name).to_config(tp=tp)
         w = hz.make_weights(cfg, "none", "cuda", seed=0)
         sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
         if "A" not in skip:
-            rows, default = kernel_sweep(cfg, w, sets, bw, a.quick)
+            rows, default = kernel_sweep(cfg, w, sets, bw, a.quick or name == "mixtral-8x7b")
             res["A"][name] = dict(rows=rows, default=default)
             for g in ("gemm1", "gemm2"):
                 ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
                 print(f"A {name:14s} {g}: default {default[g]}", flush=True)
-                for r in ok[:4]:
-                    print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']}  {r['us']:7.2f} us "
+                dflt = [r for r in ok if all(r[key] == v for key, v in default[g].items())]
+                for r in ok[:4] + dflt:
+                    print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']} pf{int(r['PREFETCH'])} {r['us']:7.2f} us "
                           f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
-        if "B" not in skip:
-            res["B"][name] = pdl_ab(cfg, w, sets)
-            print(f"B {name:14s} {res['B'][name]}", flush=True)
         del w
         torch.cuda.empty_cache()
     if "C" not in skip:

@@ -205,13 +205,15 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature):
     # the token sweep above reaches the decode kernels only at T=1 (and in none / fp8_block);
     # raise the pair bound so T=7 (14 pairs) takes them for every scheme triton declares,
     # with biases and an expert_map (tokens with no local expert must come out as zeros)
+    # (on a CUDA machine it runs there: Triton on CPU needs the interpreter)
     monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "16")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
     kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
     cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", **kw)
-    w = mk.weights(cfg, scheme, seed=21)
+    w = mk.weights(cfg, scheme, seed=21).to(dev)
     pe = build("triton", cfg, w)
     assert pe.kernel.experts.decode_pairs == 16
-    check(pe, cfg, w, mk.x(cfg, 7, seed=22), mk.logits(cfg, 7, seed=23))
+    check(pe, cfg, w, mk.x(cfg, 7, seed=22).to(dev), mk.logits(cfg, 7, seed=23).to(dev))
 
 
 # ------------------------------------------------------------------------------ strided inputs

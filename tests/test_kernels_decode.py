@@ -24,7 +24,7 @@ from test_kernels_gemm import (DEV, E, H, I, K_TOP, QUANT_CASES, TOL, _int_opera
 
 # odd sizes: no tile divides them (BN 4..32, BK up to 512)
 H_ODD, I_ODD = 72, 40
-CFG = dict(BLOCK_N=8, BLOCK_K=32, num_warps=4)   # several N tiles and K iterations, masked tails
+CFG = dict(BLOCK_N=8, BLOCK_K=32, num_warps=4, PREFETCH=True)   # several N tiles and K iterations, masked tails
 TOL_BF16 = 2e-2
 
 
@@ -119,9 +119,12 @@ def test_decode_deterministic():
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+@pytest.mark.parametrize("bk,prefetch", [(32, True), (16, False), (64, True)])
 @pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
-def test_decode_quantized(case):
-    # small-integer operands and power-of-two scales (see test_kernels_gemm): exact in fp32
+def test_decode_quantized(case, bk, prefetch):
+    # small-integer operands and power-of-two scales (see test_kernels_gemm): exact in fp32.
+    # Block scales (16, 32): BK 16 = half a group, 32 = one, 64 = two groups per K tile
+    # (H = 64: the second tile of GEMM2's K = I = 48 holds a partial group)
     quant, dt, a_shape, b_shape = case
     T, k = 3, K_TOP
     w_dt = torch.int8 if dt == "w8a16" else dt
@@ -133,7 +136,7 @@ def test_decode_quantized(case):
     a1 = _pow2(a_shape(T, H), 10) if a_shape else None
     b1 = _pow2(b_shape(2 * I, H), 11)
     tw, ids = _routing(T, E, k)
-    cfg = dict(BLOCK_N=8, BLOCK_K=32)
+    cfg = dict(BLOCK_N=8, BLOCK_K=bk, PREFETCH=prefetch)
     h = torch.empty(T * k, I, device=DEV)
     decode_gemm1(x, w13, ids, "silu", h, quant=quant, a_scale=a1, b_scale=b1, block_shape=block, config=cfg)
     ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1, block=block)
@@ -148,16 +151,22 @@ def test_decode_quantized(case):
 
 
 def test_decode_config_fills_the_machine():
-    # qwen3 T=1 GEMM1: 8 pairs x 768 outputs on 132 SMs -> BN 8 gives 768 programs (>= 4/SM)
-    c = decode_config(8, 768, 2048, 2, 132)
-    assert c["BLOCK_N"] == 8 and c["BLOCK_K"] == 512
-    # fp8 rows: 1 KB = 1024 elements; a 128-wide scale block caps BK at 128
-    assert decode_config(8, 768, 2048, 1, 132)["BLOCK_K"] == 1024
-    assert decode_config(8, 768, 2048, 1, 132, block_k_cap=128)["BLOCK_K"] == 128
-    # many programs already: the widest tile
-    assert decode_config(64, 4096, 4096, 2, 132)["BLOCK_N"] == 32
+    # qwen3 T=1 GEMM1 (gate + up rows): 8 pairs x 768 outputs on 132 SMs -> BN 8 = 768 programs
+    c = decode_config(2, 8, 768, 2048, 2, 132)
+    assert (c["BLOCK_N"], c["BLOCK_K"], c["num_warps"]) == (8, 512, 4)
+    # GEMM2 at T=1 holds all 8 slots: 8 x 4 x 512 elements -> 8 warps
+    c = decode_config(8, 1, 2048, 768, 2, 132)
+    assert (c["BLOCK_N"], c["BLOCK_K"], c["num_warps"]) == (4, 512, 8)
+    # fp8 rows: 1 KB = 1024 elements, within the 16K-element tile; 128-wide scale groups
+    # allow multiples of 128; a group of 48 needs a divisor
+    assert decode_config(2, 8, 768, 2048, 1, 132)["BLOCK_K"] == 1024
+    assert decode_config(2, 8, 768, 2048, 1, 132, group_k=128)["BLOCK_K"] == 1024
+    assert decode_config(2, 8, 768, 2048, 1, 132, group_k=48)["BLOCK_K"] == 16
+    # many programs already: the widest tile, shrunk to the element budget
+    c = decode_config(2, 64, 4096, 4096, 2, 132)
+    assert (c["BLOCK_N"], c["BLOCK_K"], c["num_warps"]) == (32, 256, 8)      # 2 x 32 x 256 = 16K
     # short K: BK shrinks to cover it
-    assert decode_config(1, 64, 40, 2, 4)["BLOCK_K"] == 64
+    assert decode_config(2, 1, 64, 40, 2, 4)["BLOCK_K"] == 64
 
 
 @pytest.mark.gpu
