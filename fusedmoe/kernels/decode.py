@@ -232,27 +232,29 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
 
     ``rows``: weight row groups per program (GEMM1: 2 gated / 1; GEMM2: k rounded up to a
     power of two); ``programs_per_tile``: pairs (GEMM1) or tokens (GEMM2) sharing the N
-    tiling. BK: up to 1 KB of each weight row per iteration (512 bf16 or 1024 fp8 elements),
-    capped by K; with block scales a multiple or a divisor of the group ``group_k``. BN: the
-    widest power of two in [4, 32] that still gives >= 4 programs per SM (fewer, longer
-    programs leave SMs idle in the last wave). Then the tile is shrunk to <= 16K elements
-    (8 warps: 64 fp32 products a thread) and 8 warps are used above 8K.
+    tiling. From the H100 sweep at T=1 (benchmarks/decode_ab.py, docs/BENCHMARKS.md):
+      * a K step moves 16 KB per program (the next step prefetched: 32 KB in flight), with
+        BK up to 2 KB of each weight row: qwen3 / deepseek GEMM1 BN 4 x BK 1024 bf16 =
+        88-89% of copy bandwidth (BK 512: 85-86%); GEMM2 spreads the 16 KB over its k
+        slots, BN 4 x BK 256 x 8 slots = 78-81%, and 8-32 KB tiles are 2-20% slower;
+      * BK leaves at most 1/8 of K as a masked tail (qwen3 GEMM2, K = 768: BK 256, 10.3 us;
+        BK 512, 12.6 us);
+      * BN fills the 16 KB, within [2, 32], and halves (down to 2) while there are fewer
+        than 3 programs per SM (fewer, longer programs leave SMs idle in the last wave;
+        qwen3 GEMM2: BN 4 = 512 programs, 10.3 us; BN 2, 11.1 us);
+      * 8 warps for the k-slot tiles of GEMM2, 4 for GEMM1.
+    With block scales BK is also a multiple or a divisor of ``group_k``.
     """
-    bk = min(1024 // esize, max(16, next_power_of_2(K)))
-    bn = 32
-    while bn > 4 and programs_per_tile * cdiv(n_out, bn) < 4 * num_sms:
-        bn //= 2
-    while rows * bn * bk > 16384:
-        if bk > 256:
-            bk //= 2
-        elif bn > 1:
-            bn //= 2
-        else:
-            bk //= 2
+    bk = min(2048 // esize, max(16, next_power_of_2(K)))
+    while bk > 16 and (cdiv(K, bk) * bk - K) * 8 > K:
+        bk //= 2
     if group_k is not None:
         while bk > 16 and (group_k % bk if bk <= group_k else bk % group_k):
             bk //= 2
-    return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows * bn * bk > 8192 else 4, PREFETCH=True)
+    bn = min(32, max(2, next_power_of_2(16384 // (rows * bk * esize) + 1) // 2))   # largest pow2 <= budget
+    while bn > 2 and programs_per_tile * cdiv(n_out, bn) < 3 * num_sms:
+        bn //= 2
+    return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows >= 4 else 4, PREFETCH=True)
 
 
 def _check_block_k(bk: int, quant: str, block_shape) -> None:
