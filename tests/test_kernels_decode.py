@@ -19,8 +19,8 @@ if not _CUDA:
 from fusedmoe.kernels.decode import decode_config, decode_forward, decode_gemm1, decode_gemm2  # noqa: E402
 from fusedmoe.kernels.grouped_gemm import moe_forward_triton  # noqa: E402
 from fusedmoe.reference.kernels import gemm1_act_ref, gemm2_ref, moe_naive_loop, moe_ref  # noqa: E402
-from test_kernels_gemm import (DEV, E, H, I, K_TOP, QUANT_CASES, TOL, _int_operands, _pow2, _rel,  # noqa: E402
-                               _routing, _weights, _x)
+from test_kernels_gemm import (DEV, E, H, I, K_TOP, QUANT_CASES, TOL, _int_operands, _pow2, _randn,  # noqa: E402
+                               _rel, _routing, _weights, _x)
 
 # odd sizes: no tile divides them (BN 4..32, BK up to 512)
 H_ODD, I_ODD = 72, 40
@@ -182,3 +182,58 @@ def test_gpu_decode_real_sizes(shape, T):
     assert _rel(out, ref) < TOL_BF16
     grouped = moe_forward_triton(x, w13, w2, tw, ids)
     assert _rel(out, grouped) < TOL_BF16
+
+
+# ---------------------------------------------------------------------------------- in-kernel A quantization
+def _fp8_weights(E_, N, K, seed):
+    return (_randn(E_, N, K, seed=seed) * 0.5).to(torch.float8_e4m3fn)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+@pytest.mark.parametrize("mode", ["fp8_token", "int8_token", "fp8_group", "fp8_group_pow2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_in_kernel_quant_equals_separate_quant(mode, dtype):
+    # quantizing x (GEMM1) and h (GEMM2) inside the decode kernels must give exactly what the
+    # quantization kernels + the kernels on quantized operands give: same grid, same rounding,
+    # same sums. A NaN in token 1 poisons its rows in both (the scale of its row / group is NaN).
+    from fusedmoe.config import QuantMethod, QuantScheme
+    from fusedmoe.modular.prepare_finalize import quantize_activation
+    qt, gran = mode.split("_")[:2]
+    pow2 = mode.endswith("pow2")
+    H_, I_, E_, k, T = 256, 128, 5, 2, 3
+    if qt == "int8":
+        scheme = QuantScheme(QuantMethod.INT8_CHANNEL)
+        w13 = _int_operands((E_, 2 * I_, H_), -100, 101, torch.int8, 30)
+        w2 = _int_operands((E_, H_, I_), -100, 101, torch.int8, 31)
+    else:
+        scheme = (QuantScheme(QuantMethod.FP8_CHANNEL) if gran == "token"
+                  else QuantScheme(QuantMethod.FP8_BLOCK, block_shape=(64, 64), scale_pow2=pow2))
+        w13, w2 = _fp8_weights(E_, 2 * I_, H_, 30), _fp8_weights(E_, H_, I_, 31)
+    quant = "channel" if gran == "token" else "block"
+    block = scheme.block_shape if quant == "block" else None
+    if quant == "channel":
+        b1, b2 = _pow2((E_, 2 * I_), 32), _pow2((E_, H_), 33)
+    else:
+        b1, b2 = _pow2((E_, 2 * I_ // 64, H_ // 64), 32), _pow2((E_, H_ // 64, I_ // 64), 33)
+    x = (_x(T, H_, torch.float32) * 3).to(dtype)
+    x[1, 7] = float("nan")
+    tw, ids = _routing(T, E_, k)
+    cfg = dict(BLOCK_N=8, BLOCK_K=128, PREFETCH=True)          # 2 groups of 64 per K tile
+    xq, xs = quantize_activation(x, scheme)
+    h_sep = decode_gemm1(xq, w13, ids, "silu", quant=quant, a_scale=xs, b_scale=b1, block_shape=block,
+                         config=cfg, out=torch.empty(T * k, I_, dtype=dtype, device=DEV))
+    h_fused = decode_gemm1(x, w13, ids, "silu", quant=quant, b_scale=b1, block_shape=block, config=cfg,
+                           quantize_a=qt, scale_pow2=pow2)
+    assert h_fused.dtype == dtype
+    assert torch.equal(h_sep, h_fused) or torch.allclose(h_sep, h_fused, rtol=0, atol=0, equal_nan=True)
+    assert torch.isnan(h_fused[2:4]).all() and torch.isfinite(h_fused[[0, 1, 4, 5]]).all()
+    hq, hs = quantize_activation(h_fused, scheme)
+    o_sep = decode_gemm2(hq, w2, ids, tw, quant=quant, a_scale=hs, b_scale=b2, block_shape=block, config=cfg,
+                         out=torch.empty(T, H_, dtype=dtype, device=DEV))
+    o_fused = decode_gemm2(h_fused, w2, ids, tw, quant=quant, b_scale=b2, block_shape=block, config=cfg,
+                           quantize_a=qt, scale_pow2=pow2)
+    assert torch.allclose(o_sep, o_fused, rtol=0, atol=0, equal_nan=True)
+    assert torch.isnan(o_fused[1]).all() and torch.isfinite(o_fused[[0, 2]]).all()
+    # and both agree with the dequantizing reference on the finite tokens
+    ref = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=hs, b_scale=b2, block=block)
+    assert _rel(o_fused[[0, 2]], ref[[0, 2]]) < TOL.get(dtype, TOL_BF16)

@@ -8,10 +8,13 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
           weights per pair instead of per expert costs little. H100, bf16: qwen3 (E 128)
           T=1 39.2 -> 32.6 us, deepseek tp8 (E 256) T=1..4 win by 9-23%, T=8 loses 3%;
           Mixtral (E 8) loses at every T (the grouped path is at 96% there), so E // 8.
+          W8A8 per-token and 1 x 128 group schemes quantize x and h inside the two GEMMs
+          (no quantization launches); fp8_tensor quantizes with its own kernels.
   grouped (otherwise), below.
 
-Grouped, per call (T tokens): align (1 launch for T*k <= 4096, else 3) -> GEMM1 with the gated
-activation fused in its epilogue -> [requantize GEMM2's input for W8A8 schemes] ->
+Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
+4096, else 3) -> GEMM1 with the gated activation fused in its epilogue -> [requantize
+GEMM2's input for W8A8 schemes] ->
 GEMM2 with the routing weight fused -> reduce over k (deterministic: fixed order;
 bitwise reproducible). No host sync; every buffer comes from the declared workspace
 (except the align kernel's small count scratch when T*k > 4096).
@@ -91,9 +94,20 @@ class TritonExperts(Experts):
 
     def __init__(self, config: MoEConfig, weights: ExpertWeights, platform, *, deterministic: bool = True):
         super().__init__(config, weights)
+        from ..kernels.decode import can_quantize_a
         self.scheme = weights.scheme
         self.quant_mode = QUANT_MODE[self.scheme.method]
-        self.input_quant = self.scheme.method != QuantMethod.NONE
+        # W8A8: x is quantized here (grouped path: one kernel before GEMM1) or inside the
+        # decode GEMMs, so prepare hands the experts 16-bit x
+        self.input_quant = False
+        self.quantized = self.scheme.method != QuantMethod.NONE
+        qtype = {QuantMethod.FP8_CHANNEL: "fp8", QuantMethod.FP8_BLOCK: "fp8",
+                 QuantMethod.INT8_CHANNEL: "int8"}.get(self.scheme.method)
+        # the decode GEMMs quantize x and h themselves (no quantization launches) when the
+        # granularity allows: per token always, per group when a K tile holds whole groups
+        self.decode_qa = qtype if qtype and all(
+            can_quantize_a(self.quant_mode, self.scheme.block_shape, K, 1)
+            for K in (config.hidden_size, config.intermediate_size)) else None
         self.reduce = "deterministic"           # the atomic variant is kept for measurement only
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
@@ -151,11 +165,11 @@ class TritonExperts(Experts):
             return self._apply_decode(prep, ws, expert_map)
         return self._apply_grouped(prep, ws, expert_map)
 
-    def _requant(self, h):
-        """GEMM2's input for W8A8 schemes: (h, None) for 16-bit activations."""
-        if not self.input_quant:
-            return h, None
-        return quantize_activation(h, self.scheme, self.weights.a2_scale)
+    def _quant(self, a, static_scale):
+        """A GEMM input for W8A8 schemes, quantized by its own kernel: (a, None) for 16-bit."""
+        if not self.quantized:
+            return a, None
+        return quantize_activation(a, self.scheme, static_scale)
 
     def _must_zero_h(self, expert_map) -> bool:
         # dropped slots' rows are never written; a dynamic per-tensor amax must not see garbage
@@ -166,12 +180,16 @@ class TritonExperts(Experts):
         from ..kernels.decode import decode_gemm1, decode_gemm2
         c, w = self.config, self.weights
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
+        qa = self.decode_qa
+        if qa is not None:        # x and h quantized inside the GEMMs
+            q.update(quantize_a=qa, scale_pow2=self.scheme.scale_pow2)
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
-        h = decode_gemm1(prep.a1q, w.w13, prep.topk_ids, c.activation.value, ws["h"], expert_map=expert_map,
+        x, x_scale = (prep.a1q, None) if qa else self._quant(prep.a1q, w.a13_scale)
+        h = decode_gemm1(x, w.w13, prep.topk_ids, c.activation.value, ws["h"], expert_map=expert_map,
                          bias=w.w13_bias, swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha,
-                         limit=c.swigluoai_limit, a_scale=prep.a1q_scale, b_scale=w.w13_scale, **q)
-        h, h_scale = self._requant(h)
+                         limit=c.swigluoai_limit, a_scale=x_scale, b_scale=w.w13_scale, **q)
+        h, h_scale = (h, None) if qa else self._quant(h, w.a2_scale)
         return decode_gemm2(h, w.w2, prep.topk_ids, prep.topk_weights, ws["out"], expert_map=expert_map,
                             mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                             a_scale=h_scale, b_scale=w.w2_scale, **q)
@@ -180,9 +198,10 @@ class TritonExperts(Experts):
         from ..kernels.align import AlignResult, align_block_size
         from ..kernels.grouped_gemm import gemm1_act, gemm2
         c, w = self.config, self.weights
-        x, ids = prep.a1q, prep.topk_ids
+        ids = prep.topk_ids
         T, k = ids.shape
         c1, c2 = self.configs(T)
+        x, x_scale = self._quant(prep.a1q, w.a13_scale)
         align = align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,
                                  out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]))
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
@@ -190,8 +209,8 @@ class TritonExperts(Experts):
             ws["h"].zero_()
         h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias,
                       swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                      config=c1, a_scale=prep.a1q_scale, b_scale=w.w13_scale, **q)
-        h, h_scale = self._requant(h)
+                      config=c1, a_scale=x_scale, b_scale=w.w13_scale, **q)
+        h, h_scale = self._quant(h, w.a2_scale)
         return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                      config=c2, reduce=self.reduce, workspace=ws.get("y"),

@@ -45,6 +45,7 @@ import triton.language as tl
 
 from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
+from .quantize import _abs_bits, _quantize, _scale_from_amax_bits
 
 @triton.jit
 def _local_experts(ids_ptr, map_ptr, s, ok, num_global, E, HAS_MAP: tl.constexpr):
@@ -70,34 +71,75 @@ def _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.con
 
 
 @triton.jit
-def _accumulate(acc, a, w, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
+def _e4m3_bits_to_f32(b):
+    """float8_e4m3fn bit patterns (uint8) -> fp32, exactly, with integer math (the
+    interpreter's fp8 casts are not IEEE; the GPU path never calls this)."""
+    b = b.to(tl.int32) & 0xFF
+    e = (b >> 3) & 0xF
+    m = b & 0x7
+    normal = ((e + 120) << 23) | (m << 20)                             # rebias 7 -> 127
+    sub = (m.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)  # m * 2**-9, exact
+    bits = tl.where(e == 0, sub, normal)
+    bits = tl.where((b & 0x7F) == 0x7F, 0x7FC00000, bits)               # e4m3fn NaN
+    return (bits | ((b & 0x80) << 24)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _fake_quant(a, scale, QTYPE: tl.constexpr, BITWISE_FP8: tl.constexpr):
+    """a / scale on the 8-bit grid (quantize.py's rounding, bit for bit), as fp32; int8 as int8."""
+    q = _quantize(a, scale, QTYPE, BITWISE_FP8)
+    if QTYPE == "int8":
+        return q
+    elif BITWISE_FP8:
+        return _e4m3_bits_to_f32(q)
+    else:
+        return q.to(tl.float32)
+
+
+@triton.jit
+def _row_scales(a_rows, stride_ak, K, k_lim, QMAX: tl.constexpr, R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[R] dynamic per-row scales max(amax, 1e-12) / QMAX of the activation rows (NaN when a
+    row holds NaN or Inf), as quantize.py's per-token kernels compute them."""
+    bits = tl.zeros((R,), dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=kk[None, :] < k_lim[:, None], other=0.0)
+        bits = tl.maximum(bits, tl.max(_abs_bits(a), axis=1))
+    return _scale_from_amax_bits(bits, QMAX, False)
+
+
+@triton.jit
+def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
+                QA: tl.constexpr, QTYPE: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
                 R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """acc [R, BN] += sum_k a[r, k] * w[r, n, k], block scales (mode 3) applied per scale group."""
+    """acc [R, BN] += sum_k a[r, k] * w[r, n, k].
+
+    QA 1: a is 16-bit and is quantized here with the per-row scales ``sa_tok`` (applied
+    later, in the epilogue); QA 2: a is quantized here per GROUP_K group (fp8, optionally
+    power-of-two scales) and the group scales are applied like given block scales (mode 3)."""
+    if QA == 1:
+        a = _fake_quant(a, sa_tok[:, None], QTYPE, BITWISE_FP8)
     if INT_ACC:
         acc += tl.sum(w.to(tl.int32) * a.to(tl.int32)[:, None, :], axis=2)
-    elif A_SCALE == 3 or B_SCALE == 3:
-        p = w.to(tl.float32) * a.to(tl.float32)[:, None, :]                                # [R, BN, BK]
-        if BLOCK_K <= GROUP_K:                        # the tile lies in one scale group
-            part = tl.sum(p, axis=2)
-            g = k0 // GROUP_K
-            if A_SCALE == 3:
-                part = part * tl.load(as_rows + g * stride_ask)[:, None]
-            if B_SCALE == 3:
-                part = part * tl.load(bs_rows + g * stride_bsk)
-        else:                                         # NG whole groups: sum each, scale, add
-            NG: tl.constexpr = BLOCK_K // GROUP_K
-            part = tl.sum(tl.reshape(p, (R, BLOCK_N, NG, GROUP_K)), axis=3)                 # [R, BN, NG]
-            g = k0 // GROUP_K + tl.arange(0, NG)
-            g_ok = g * GROUP_K < K                    # groups past K: products are 0, scales unread
-            if A_SCALE == 3:
-                part = part * tl.load(as_rows[:, None] + g[None, :] * stride_ask,
-                                      mask=g_ok[None, :], other=0.0)[:, None, :]
-            if B_SCALE == 3:
-                part = part * tl.load(bs_rows[:, :, None] + g[None, None, :] * stride_bsk,
-                                      mask=g_ok[None, None, :], other=0.0)
-            part = tl.sum(part, axis=2)
-        acc += part
+    elif A_SCALE == 3 or B_SCALE == 3 or QA == 2:
+        # NG scale groups of GG columns in this K tile (NG = 1: the tile lies in one group)
+        NG: tl.constexpr = BLOCK_K // GROUP_K if BLOCK_K > GROUP_K else 1
+        GG: tl.constexpr = BLOCK_K // NG
+        a3 = tl.reshape(a.to(tl.float32), (R, NG, GG))
+        if QA == 2:
+            sq = _scale_from_amax_bits(tl.max(_abs_bits(a3), axis=2), 448.0, POW2)      # [R, NG]
+            a3 = _fake_quant(a3, sq[:, :, None], "fp8", BITWISE_FP8)
+        p = tl.sum(tl.reshape(w, (R, BLOCK_N, NG, GG)).to(tl.float32) * a3[:, None, :, :], axis=3)  # [R, BN, NG]
+        g = k0 // GROUP_K + tl.arange(0, NG)
+        g_ok = g * GROUP_K < K                        # groups past K: products are 0, scales unread
+        if QA == 2:
+            p = p * sq[:, None, :]
+        elif A_SCALE == 3:
+            p = p * tl.load(as_rows[:, None] + g[None, :] * stride_ask, mask=g_ok[None, :], other=0.0)[:, None, :]
+        if B_SCALE == 3:
+            p = p * tl.load(bs_rows[:, :, None] + g[None, None, :] * stride_bsk, mask=g_ok[None, None, :], other=0.0)
+        acc += tl.sum(p, axis=2)
     else:
         acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
     return acc
@@ -106,13 +148,21 @@ def _accumulate(acc, a, w, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
 @triton.jit
 def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_ask, bs_rows, stride_bsk,
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
-              R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr):
-    """[R, BN] fp32: sum_k a[r, k] * w[r, n, k] for R activation rows, each against its own BN
-    weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K, or 0 to read nothing).
+              QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
+              BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              PREFETCH: tl.constexpr):
+    """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
+    each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
+    or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
+    first pass over the rows; they multiply the result in the epilogue), else 1.
 
     PREFETCH issues the next K tile's loads before reducing the current one: two tiles in
     flight per program (plain loads are not software-pipelined the way tl.dot operands are).
     """
+    if QA == 1:
+        sa_tok = _row_scales(a_rows, stride_ak, K, k_lim, QMAX, R, BLOCK_K)
+    else:
+        sa_tok = tl.full((R,), 1.0, dtype=tl.float32)
     if INT_ACC:
         acc = tl.zeros((R, BLOCK_N), dtype=tl.int32)
     else:
@@ -122,23 +172,26 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
         for k0 in range(0, K, BLOCK_K):
             a, w = a_nx, w_nx
             a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + BLOCK_K, k_lim, BLOCK_K)
-            acc = _accumulate(acc, a, w, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
-                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, R, BLOCK_N, BLOCK_K)
+            acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
+                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K)
     else:
         for k0 in range(0, K, BLOCK_K):
             a, w = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K)
-            acc = _accumulate(acc, a, w, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
-                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, R, BLOCK_N, BLOCK_K)
-    return acc.to(tl.float32)
+            acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
+                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K)
+    return acc.to(tl.float32), sa_tok
 
 
 @triton.jit
-def _epilogue(acc, as_rows, bs_e, bias_e, wrows, stride_bsn, stride_bias_n,
-              A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """acc [R, BN]: per-tensor / per-row activation scale, per-expert / per-channel weight
-    scale, bias. as_rows, bs_e, bias_e: [R] pointers; wrows [R, BN] weight row indices."""
+def _epilogue(acc, sa_tok, as_rows, bs_e, bias_e, wrows, stride_bsn, stride_bias_n,
+              A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, QA: tl.constexpr):
+    """acc [R, BN]: per-tensor / per-row activation scale (given, or QA 1's ``sa_tok``),
+    per-expert / per-channel weight scale, bias. as_rows, bs_e, bias_e: [R] pointers; wrows
+    [R, BN] weight row indices."""
     if A_SCALE == 1 or A_SCALE == 2:
         acc = acc * tl.load(as_rows)[:, None]
+    if QA == 1:
+        acc = acc * sa_tok[:, None]
     if B_SCALE == 1:
         acc = acc * tl.load(bs_e)[:, None]
     elif B_SCALE == 2:
@@ -158,7 +211,8 @@ def _decode_gemm1_kernel(
     TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-    INT_ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
+    INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
+    BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """One program: pair s, N tile pid_n; R = 2 weight row groups (gate, up) or 1."""
     R: tl.constexpr = 2 if GATED else 1
@@ -176,11 +230,12 @@ def _decode_gemm1_kernel(
     x_rows = x_ptr + t * stride_xm + r * 0                                      # [R]: the same row
     as_rows = a_scale_ptr + t * stride_asm + r * 0
     bs_e = b_scale_ptr + e * stride_bse
-    acc = _rows_dot(x_rows, stride_xk, w_ptr + e[:, None] * stride_we + wrows * stride_wn, stride_wk,
-                    K, K + r * 0, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
-                    A_SCALE, B_SCALE, GROUP_K, INT_ACC, R, BLOCK_N, BLOCK_K, PREFETCH)
-    acc = _epilogue(acc, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
-                    A_SCALE, B_SCALE, HAS_BIAS)
+    acc, sa_tok = _rows_dot(x_rows, stride_xk, w_ptr + e[:, None] * stride_we + wrows * stride_wn, stride_wk,
+                            K, K + r * 0, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
+                            stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
+                            R, BLOCK_N, BLOCK_K, PREFETCH)
+    acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
+                    A_SCALE, B_SCALE, HAS_BIAS, QA)
     g = tl.sum(tl.where(r[:, None] == 0, acc, 0.0), axis=0)                    # [BN]
     u = tl.sum(tl.where(r[:, None] == R - 1, acc, 0.0), axis=0)               # == g when not gated
     out = _activation(g, u, ACT, HAS_LIMIT, limit, alpha)
@@ -195,7 +250,8 @@ def _decode_gemm2_kernel(
     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
     TOP_K: tl.constexpr, KP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, MUL_W: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-    INT_ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
+    INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
+    BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """One program: token t, N tile pid_n, all k slots at once as R = KP (k rounded up to a
     power of two) weight row groups, then a fixed-order sum over the slots."""
@@ -212,12 +268,13 @@ def _decode_gemm2_kernel(
     wrows = tl.zeros((KP, BLOCK_N), dtype=tl.int32) + tl.where(n_ok, offs_n, 0)[None, :]    # [KP, BN]
     as_rows = a_scale_ptr + s * stride_asm
     bs_e = b_scale_ptr + e * stride_bse
-    acc = _rows_dot(h_ptr + s * stride_hm, stride_hk, w_ptr + e[:, None] * stride_we + wrows * stride_wn,
-                    stride_wk, K, tl.where(keep, K, 0), as_rows, stride_ask,
-                    bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
-                    A_SCALE, B_SCALE, GROUP_K, INT_ACC, KP, BLOCK_N, BLOCK_K, PREFETCH)
-    acc = _epilogue(acc, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
-                    A_SCALE, B_SCALE, HAS_BIAS)
+    acc, sa_tok = _rows_dot(h_ptr + s * stride_hm, stride_hk, w_ptr + e[:, None] * stride_we + wrows * stride_wn,
+                            stride_wk, K, tl.where(keep, K, 0), as_rows, stride_ask,
+                            bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
+                            A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
+                            KP, BLOCK_N, BLOCK_K, PREFETCH)
+    acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
+                    A_SCALE, B_SCALE, HAS_BIAS, QA)
     if MUL_W:
         acc = acc * tl.load(topk_w_ptr + s).to(tl.float32)[:, None]
     acc = tl.where(keep[:, None], acc, 0.0)           # ... and add nothing (scales may be garbage)
@@ -257,11 +314,25 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows >= 4 else 4, PREFETCH=True)
 
 
-def _check_block_k(bk: int, quant: str, block_shape) -> None:
+def _check_block_k(bk: int, quant: str, block_shape, quantize_a) -> None:
     if quant == "block":
         gk = block_shape[1]
+        if quantize_a is not None:
+            assert bk % gk == 0, f"BLOCK_K {bk} must be a multiple of the group {gk} to quantize A in-kernel"
         assert (gk % bk if bk <= gk else bk % gk) == 0, \
             f"BLOCK_K {bk} must divide the scale group {gk} or be a multiple of it"
+
+
+def can_quantize_a(quant: str, block_shape, K: int, esize: int) -> bool:
+    """Whether the decode GEMMs can quantize a 16-bit A themselves for this scheme and K:
+    per row ('channel') always; per group ('block') when decode_config's BK holds whole
+    groups; per tensor never (its amax spans every row: a separate kernel)."""
+    if quant == "channel":
+        return True
+    if quant == "block":
+        gk = block_shape[1]
+        return gk & (gk - 1) == 0 and decode_config(1, 1, 1, K, esize, group_k=gk)["BLOCK_K"] % gk == 0
+    return False
 
 
 def _num_sms(device) -> int:
@@ -274,11 +345,22 @@ def _num_sms(device) -> int:
 _SMS: dict = {}
 
 
-def _quant_flags(quant, a, b, a_scale, b_scale, block_shape):
+def _quant_flags(quant, a, b, a_scale, b_scale, block_shape, quantize_a, pow2):
+    """(scale pointers and strides, constexprs) for the kernels. ``quantize_a`` None (A is
+    used as given) or 'fp8' / 'int8': A is 16-bit and the kernel quantizes it the way
+    quantize_activation would for ``quant`` ('channel': per row, 'block': per group)."""
     a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b)
-    int_acc = a.dtype == torch.int8 and b.dtype == torch.int8 and 3 not in (a_mode, b_mode)
-    return (sa, sb, sam, sak, sbe, sbn, sbk), dict(A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn, GROUP_K=gk,
-                                                   INT_ACC=int_acc)
+    qa = 0
+    if quantize_a is not None:
+        assert a_scale is None and quant in ("channel", "block"), "in-kernel A quantization: per row or group"
+        assert quant == "channel" or quantize_a == "fp8", "group quantization is fp8"
+        qa = 1 if quant == "channel" else 2
+    a_int8 = a.dtype == torch.int8 or quantize_a == "int8"
+    int_acc = a_int8 and b.dtype == torch.int8 and 3 not in (a_mode, b_mode)
+    return (sa, sb, sam, sak, sbe, sbn, sbk), dict(
+        A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn, GROUP_K=gk, INT_ACC=int_acc, QA=qa,
+        QTYPE=quantize_a or "fp8", QMAX=127.0 if quantize_a == "int8" else 448.0, POW2=bool(pow2),
+        BITWISE_FP8=a.device.type != "cuda")
 
 
 def _map_args(topk_ids, expert_map, E):
@@ -295,11 +377,15 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
                  bias: Optional[torch.Tensor] = None, swiglu_limit: Optional[float] = None,
                  alpha: float = 1.702, limit: float = 7.0, quant: str = "none",
                  a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
-                 block_shape: Optional[tuple] = None, config: Optional[dict] = None) -> torch.Tensor:
+                 block_shape: Optional[tuple] = None, config: Optional[dict] = None,
+                 quantize_a: Optional[str] = None, scale_pow2: bool = False) -> torch.Tensor:
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) per pair s (rows of dropped pairs unwritten).
 
     Same operands and conventions as ``grouped_gemm.gemm1_act`` (halves layout, quantized
-    operands and scales), with the routing ids instead of an AlignResult.
+    operands and scales), with the routing ids instead of an AlignResult. ``quantize_a``
+    'fp8' / 'int8': x is 16-bit and is quantized in the kernel as the W8A8 scheme does
+    (quant 'channel': per token; 'block': per 1 x bk group, ``scale_pow2`` scales), with
+    the same rounding as kernels/quantize.py: no separate quantization launch.
     """
     T, k = topk_ids.shape
     E, N13, K = w13.shape
@@ -314,9 +400,9 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
         config = decode_config(2 if gated else 1, T * k, n_out, K, w13.element_size(), _num_sms(x.device),
                                block_shape[1] if quant == "block" else None)
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-    _check_block_k(bk, quant, block_shape)
+    _check_block_k(bk, quant, block_shape, quantize_a)
     ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, E)
-    scales, qflags = _quant_flags(quant, x, w13, a_scale, b_scale, block_shape)
+    scales, qflags = _quant_flags(quant, x, w13, a_scale, b_scale, block_shape, quantize_a, scale_pow2)
     sa, sb, sam, sak, sbe, sbn, sbk = scales
     s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
     launch(_decode_gemm1_kernel, (cdiv(n_out, bn), T * k), (
@@ -335,11 +421,13 @@ def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk
                  out: Optional[torch.Tensor] = None, *, expert_map: Optional[torch.Tensor] = None,
                  mul_routed_weight: bool = True, bias: Optional[torch.Tensor] = None, quant: str = "none",
                  a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
-                 block_shape: Optional[tuple] = None, config: Optional[dict] = None) -> torch.Tensor:
+                 block_shape: Optional[tuple] = None, config: Optional[dict] = None,
+                 quantize_a: Optional[str] = None, scale_pow2: bool = False) -> torch.Tensor:
     """out [T, H] = sum_j topk_weights[t, j] * (h[t*k+j] @ w2[e]^T + bias[e]) over kept slots.
 
     The reduction over k happens in the program (fixed order, no workspace); tokens with no
-    kept slot get zeros. Operands as ``grouped_gemm.gemm2``.
+    kept slot get zeros. Operands as ``grouped_gemm.gemm2``; ``quantize_a`` as in
+    ``decode_gemm1`` (h is then 16-bit and requantized in the kernel).
     """
     T, k = topk_ids.shape
     E, H, K = w2.shape
@@ -352,9 +440,9 @@ def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk
         config = decode_config(kp, T, H, K, w2.element_size(), _num_sms(h.device),
                                block_shape[1] if quant == "block" else None)
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-    _check_block_k(bk, quant, block_shape)
+    _check_block_k(bk, quant, block_shape, quantize_a)
     ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, E)
-    scales, qflags = _quant_flags(quant, h, w2, a_scale, b_scale, block_shape)
+    scales, qflags = _quant_flags(quant, h, w2, a_scale, b_scale, block_shape, quantize_a, scale_pow2)
     sa, sb, sam, sak, sbe, sbn, sbk = scales
     s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
     launch(_decode_gemm2_kernel, (cdiv(H, bn), T), (
