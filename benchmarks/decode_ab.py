@@ -48,17 +48,26 @@ def graph_us(calls):
     return hz._time_cuda(g.replay, 30, warmup=2) * 1e3 / len(calls)
 
 
-def kernel_sweep(cfg, w, sets, bw, quick):
-    """Section A for one shape: best and full table per GEMM."""
+def kernel_sweep(cfg, w, sets, bw, quick, scheme="none"):
+    """Section A for one shape and scheme: every config's time per GEMM, and the default.
+    W8A8 schemes run with the in-kernel activation quantization (as the backend does)."""
     H, I, k = cfg.hidden_size, cfg.intermediate_size, cfg.top_k
-    hs = [decode_gemm1(s.x, w.w13, s.topk_ids, "silu") for s in sets]
+    esize = 1 if scheme != "none" else 2
+    q1, q2 = {}, {}
+    if scheme != "none":
+        quant = "block" if scheme == "fp8_block" else "channel"
+        blk = w.scheme.block_shape if quant == "block" else None
+        q1 = dict(quant=quant, block_shape=blk, b_scale=w.w13_scale, quantize_a="fp8")
+        q2 = dict(quant=quant, block_shape=blk, b_scale=w.w2_scale, quantize_a="fp8")
+    hs = [decode_gemm1(s.x, w.w13, s.topk_ids, "silu", **q1) for s in sets]
     hit = sum(s.experts_hit for s in sets) / len(sets)
-    bytes1 = hit * 2 * I * H * 2
-    bytes2 = hit * H * I * 2
+    bytes1 = hit * 2 * I * H * esize
+    bytes2 = hit * H * I * esize
     rows = []
     kp = hz_next_pow2(k)
-    grid = list(itertools.product((4, 8) if quick else (2, 4, 8, 16), (512,) if quick else (256, 512, 1024),
-                                  (8,) if quick else (4, 8), (True,) if quick else (False, True)))
+    grid = list(itertools.product((4, 8) if quick else (2, 4, 8, 16),
+                                  (512,) if quick else ((256, 512, 1024) if esize == 2 else (256, 512, 1024, 2048)),
+                                  (8,) if quick else (4, 8), (True,) if quick or esize == 1 else (False, True)))
     for gemm in ("gemm1", "gemm2"):
         R = 2 if gemm == "gemm1" else kp
         for bn, bk, warps, pf in grid:
@@ -66,12 +75,12 @@ def kernel_sweep(cfg, w, sets, bw, quick):
                 continue
             c = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=pf)
             if gemm == "gemm1":
-                calls = [lambda s=s, h=h: decode_gemm1(s.x, w.w13, s.topk_ids, "silu", h, config=c)
+                calls = [lambda s=s, h=h: decode_gemm1(s.x, w.w13, s.topk_ids, "silu", h, config=c, **q1)
                          for s, h in zip(sets, hs)]
                 nb = bytes1
             else:
                 outs = [torch.empty(1, H, dtype=torch.bfloat16, device="cuda") for _ in sets]
-                calls = [lambda s=s, h=h, o=o: decode_gemm2(h, w.w2, s.topk_ids, s.topk_weights, o, config=c)
+                calls = [lambda s=s, h=h, o=o: decode_gemm2(h, w.w2, s.topk_ids, s.topk_weights, o, config=c, **q2)
                          for s, h, o in zip(sets, hs, outs)]
                 nb = bytes2
             try:
@@ -79,7 +88,8 @@ def kernel_sweep(cfg, w, sets, bw, quick):
                 rows.append(dict(gemm=gemm, **c, us=us, gbps=nb / us / 1e3, pct=100 * nb / us / 1e3 / bw))
             except Exception as e:  # a config that does not compile: say so, go on
                 rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:120]}"))
-    default = {"gemm1": decode_config(2, k, I, H, 2), "gemm2": decode_config(kp, 1, H, I, 2)}
+    gk = w.scheme.block_shape[1] if scheme == "fp8_block" else None
+    default = {"gemm1": decode_config(2, k, I, H, esize, group_k=gk), "gemm2": decode_config(kp, 1, H, I, esize, group_k=gk)}
     return rows, default
 
 
@@ -112,32 +122,35 @@ def main():
     ap.add_argument("--out", default="decode_ab.json")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: A,C")
+    ap.add_argument("--schemes", default="none,fp8_channel,fp8_block", help="schemes of both sections")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     ceil = hz.measure_ceilings("cuda")
     bw = ceil.copy_gbps
     res = {"device": ceil.device, "copy_gbps": bw, "A": {}, "C": []}
     print(f"{ceil.device}: copy {bw:.0f} GB/s", flush=True)
-    for name, tp in SHAPES:
+    sweeps = [(n, tp, "none") for n, tp in SHAPES] + [("qwen3-30b-a3b", 1, "fp8_channel"),
+                                                        ("deepseek-v3", 8, "fp8_block")]
+    want = set(a.schemes.split(","))
+    for name, tp, scheme in [c for c in sweeps if c[2] in want] if "A" not in skip else []:
         cfg = get_preset(name).to_config(tp=tp)
-        w = hz.make_weights(cfg, "none", "cuda", seed=0)
+        w = hz.make_weights(cfg, scheme, "cuda", seed=0)
         sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
-        if "A" not in skip:
-            rows, default = kernel_sweep(cfg, w, sets, bw, a.quick or name == "mixtral-8x7b")
-            res["A"][name] = dict(rows=rows, default=default)
-            for g in ("gemm1", "gemm2"):
-                ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
-                print(f"A {name:14s} {g}: default {default[g]}", flush=True)
-                dflt = [r for r in ok if all(r[key] == v for key, v in default[g].items())]
-                for r in ok[:4] + dflt:
-                    print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']} pf{int(r['PREFETCH'])} {r['us']:7.2f} us "
-                          f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
+        rows, default = kernel_sweep(cfg, w, sets, bw, a.quick or name == "mixtral-8x7b", scheme)
+        res["A"][f"{name}/{scheme}"] = dict(rows=rows, default=default)
+        for g in ("gemm1", "gemm2"):
+            ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
+            print(f"A {name:14s} {scheme:11s} {g}: default {default[g]}", flush=True)
+            dflt = [r for r in ok if all(r[key] == v for key, v in default[g].items())]
+            for r in ok[:4] + dflt:
+                print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']} pf{int(r['PREFETCH'])} {r['us']:7.2f} us "
+                      f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
         del w
         torch.cuda.empty_cache()
     if "C" not in skip:
         cases = [(n, tp, "none") for n, tp in SHAPES] + [("qwen3-30b-a3b", 1, "fp8_channel"),
                                                           ("deepseek-v3", 8, "fp8_block")]
-        for name, tp, scheme in cases:
+        for name, tp, scheme in [c for c in cases if c[2] in want]:
             rows = layer_ab(name, tp, scheme, bw, (1, 2, 4, 8, 16) if not a.quick else (1, 4))
             res["C"] += rows
             for r in rows:

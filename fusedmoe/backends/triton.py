@@ -1,13 +1,14 @@
 """``triton``: fusedmoe's Triton grouped-GEMM experts, standard format.
 
 Two paths, chosen per call by the pair count T*k (the selection report lists them per T):
-  decode  (T*k <= E // 8, or FUSEDMOE_DECODE_PAIRS): kernels/decode.py, two launches:
+  decode  (T*k <= max(k, E // 4), or FUSEDMOE_DECODE_PAIRS): kernels/decode.py, two launches:
           GEMM1 per (pair, N tile) reading the expert ids itself (no align), and GEMM2 per
           (token, N tile) summing the token's k slots in a fixed order (no reduce kernel,
           deterministic). Below the bound most pairs hit distinct experts, so reading
-          weights per pair instead of per expert costs little. H100, bf16: qwen3 (E 128)
-          T=1 39.2 -> 32.6 us, deepseek tp8 (E 256) T=1..4 win by 9-23%, T=8 loses 3%;
-          Mixtral (E 8) loses at every T (the grouped path is at 96% there), so E // 8.
+          weights per pair instead of per expert costs little. H100, bf16, CUDA graphs
+          (docs/BENCHMARKS.md): qwen3 (E 128) T=1 39.0 -> 29.9 us, T=4 108 -> 100, T=8
+          loses 8%; deepseek tp8 (E 256) T=1 47.1 -> 34.6, T=8 244 -> 229, T=16 loses 11%;
+          Mixtral (E 8, k 2) T=1 244 -> 230, T=2 loses 7%: hence max(k, E // 4).
           W8A8 per-token and 1 x 128 group schemes quantize x and h inside the two GEMMs
           (no quantization launches); fp8_tensor quantizes with its own kernels.
   grouped (otherwise), below.
@@ -49,10 +50,11 @@ QUANT_MIN_SM = {QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMe
 
 
 def decode_pairs(config: MoEConfig) -> int:
-    """Largest T*k served by the decode kernels: FUSEDMOE_DECODE_PAIRS, else E // 8 (while
-    the pairs mostly hit distinct experts; see the module docstring for the measurements)."""
+    """Largest T*k served by the decode kernels: FUSEDMOE_DECODE_PAIRS, else max(k, E // 4)
+    (one token always; more while the pairs mostly hit distinct experts; see the module
+    docstring for the measurements)."""
     v = env.decode_pairs()
-    return v if v is not None else config.num_local_experts // 8
+    return v if v is not None else max(config.top_k, config.num_local_experts // 4)
 
 
 def deinterleave_rows(t: torch.Tensor) -> torch.Tensor:

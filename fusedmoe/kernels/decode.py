@@ -296,7 +296,7 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
         slots, BN 4 x BK 256 x 8 slots = 78-81%, and 8-32 KB tiles are 2-20% slower;
       * BK leaves at most 1/8 of K as a masked tail (qwen3 GEMM2, K = 768: BK 256, 10.3 us;
         BK 512, 12.6 us);
-      * BN fills the 16 KB, within [2, 32], and halves (down to 2) while there are fewer
+      * BN fills the 16 KB (and at most 8K elements), within [2, 32], and halves (down to 2) while there are fewer
         than 3 programs per SM (fewer, longer programs leave SMs idle in the last wave;
         qwen3 GEMM2: BN 4 = 512 programs, 10.3 us; BN 2, 11.1 us);
       * 8 warps for the k-slot tiles of GEMM2, 4 for GEMM1.
@@ -308,7 +308,10 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     if group_k is not None:
         while bk > 16 and (group_k % bk if bk <= group_k else bk % group_k):
             bk //= 2
-    bn = min(32, max(2, next_power_of_2(16384 // (rows * bk * esize) + 1) // 2))   # largest pow2 <= budget
+    # largest pow2 within 16 KB and 8K elements a step (8-bit rows: 16K fp32 products a step
+    # spill; measured 2x slower on fp8 qwen3 / deepseek T=1)
+    budget = min(16384 // esize, 8192) // (rows * bk)
+    bn = min(32, max(2, next_power_of_2(budget + 1) // 2))
     while bn > 2 and programs_per_tile * cdiv(n_out, bn) < 3 * num_sms:
         bn //= 2
     return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows >= 4 else 4, PREFETCH=True)
