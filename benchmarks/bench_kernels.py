@@ -71,6 +71,21 @@ def _gemm(dev):
     return kern, ref, lambda a, b: bool(((a.float() - b.float()).norm() / b.float().norm()) < 2e-2)
 
 
+def _decode(dev):
+    from fusedmoe.kernels.decode import decode_forward
+    from fusedmoe.reference.kernels import moe_ref
+    g = torch.Generator().manual_seed(5)
+    E, H, I, T, k = 128, 2048, 768, 1, 8                                     # qwen3-30b-a3b decode
+    x = torch.randn(T, H, generator=g).to(dev, torch.bfloat16)
+    w13 = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).to(dev, torch.bfloat16)
+    w2 = (torch.randn(E, H, I, generator=g) / I ** 0.5).to(dev, torch.bfloat16)
+    tw, ti = torch.softmax(torch.randn(T, E, generator=g), -1).topk(k)
+    tw, ti = (tw / tw.sum(-1, keepdim=True)).to(dev), ti.int().to(dev)
+    kern = lambda: decode_forward(x, w13, w2, tw, ti)                         # noqa: E731
+    ref = lambda: moe_ref(x, w13, w2, tw, ti)                                # noqa: E731
+    return kern, ref, lambda a, b: bool(((a.float() - b.float()).norm() / b.float().norm()) < 2e-2)
+
+
 def _quantize(dev):
     from fusedmoe.kernels import quantize as kq
     from fusedmoe.reference import quant as rq
@@ -104,6 +119,7 @@ KERNELS = {
     "routing": Entry("routing", "fusedmoe/reference/routing.py", "tests/test_kernels_routing.py", _routing),
     "align": Entry("align", "fusedmoe/reference/kernels.py", "tests/test_kernels_gemm.py", _align),
     "grouped_gemm": Entry("grouped_gemm", "fusedmoe/reference/kernels.py", "tests/test_kernels_gemm.py", _gemm),
+    "decode": Entry("decode", "fusedmoe/reference/kernels.py", "tests/test_kernels_decode.py", _decode),
     "quantize": Entry("quantize", "fusedmoe/reference/quant.py", "tests/test_kernels_quantize.py", _quantize),
     "batched_gemm": Entry("batched_gemm", "tests/test_kernels_batched.py (batched_gemm*_ref)",
                           "tests/test_kernels_batched.py", _batched),

@@ -156,6 +156,10 @@ def normalize_launch_config(cfg, where: str = "launch config") -> dict:
         v = out[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{where}.{k}", v, "a positive int", "rerun `fusedmoe tune` or fix the file")
+    v = out.get("PERSISTENT", 0)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConfigError(f"{where}.PERSISTENT", v, "an int >= 0 (programs per SM; 0: one per tile)",
+                          "rerun `fusedmoe tune` or fix the file")
     return out
 
 
@@ -439,7 +443,7 @@ def _smem(bm, bn, bk, stages, a_bytes, w_bytes, b_tiles: int = 1) -> float:
     return stages * (bm * bk * a_bytes + b_tiles * bn * bk * w_bytes)
 
 
-STAGES = ("tiles", "pipeline", "split", "group", "tma")
+STAGES = ("tiles", "pipeline", "split", "group", "tma", "persistent")
 
 
 def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm: str = "gemm1",
@@ -455,7 +459,9 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     ``stage``: 'tiles' (BM x BN x BK, heuristic warps/stages), 'pipeline' (warps x stages of
     ``tiles``), 'split' (GEMM2 only, few tokens per expert: SPLIT_K of ``tiles`` to fill the
     SMs), 'group' (GROUP_SIZE_M of ``tiles``, only when an expert spans several M blocks),
-    'tma' (``tiles`` with USE_TMA, prefill tiles only, when triton has TMA descriptors).
+    'tma' (``tiles`` with USE_TMA, prefill tiles only, when triton has TMA descriptors),
+    'persistent' (``tiles`` with PERSISTENT programs per SM, without and with FLATTEN, prefill
+    only: more than 64 tokens per expert).
     ``space`` ({key: [values]}) replaces the generated values of a key.
     """
     s = QuantScheme.parse(scheme)
@@ -484,6 +490,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     stages = space.get("num_stages") or [2, 3, 4, 5]
     groups = space.get("GROUP_SIZE_M") or [1, 8, 16, 32]
     splits = space.get("SPLIT_K") or [1, 2, 4, 8, 16]
+    persistents = space.get("PERSISTENT") or [1, 2]
+    flattens = space.get("FLATTEN") or [False, True]
 
     def make(bm, bn, bk, w, st, g=1, sk=1):
         return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g,
@@ -533,6 +541,15 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
             for t in tiles:
                 if t["BLOCK_SIZE_M"] >= 64 and not t.get("USE_TMA"):
                     out.append({**t, "USE_TMA": True})
+    elif stage == "persistent":
+        # a few programs per SM looping over the tiles (grouped_gemm's PERSISTENT; FLATTEN fuses
+        # the tile and K loops into one pipeline): prefill tiles with a short K loop leave the
+        # pipeline fill and the output stores exposed (deepseek-v3 tp8 GEMM2: K = I = 256, 4
+        # iterations of BK 64 per tile); decode grids are a few waves at most, nothing to gain
+        if m > 64:
+            for t in tiles:
+                if not t.get("PERSISTENT"):
+                    out += [{**t, "PERSISTENT": p, "FLATTEN": fl} for p in persistents for fl in flattens]
     else:
         raise ConfigError("stage", stage, list(STAGES), "internal use")
     seen, uniq = set(), []
@@ -586,7 +603,8 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
     GEMM1 is searched with GEMM2 at ``default_pair[1]``, then GEMM2 with GEMM1 at its winner
     (GEMM2's BLOCK_SIZE_M dividing GEMM1's). Each GEMM: tiles, then warps x stages of the best
     two tiles, then (GEMM2, decode) SPLIT_K of the best two, then GROUP_SIZE_M of the best,
-    then the best with TMA weight loads (prefill tiles, triton >= 3.4).
+    then the best with TMA weight loads (prefill tiles, triton >= 3.4), then the best as a
+    persistent launch (prefill).
     The fastest correct pair among the top three of each GEMM wins.
     """
     s = QuantScheme.parse(scheme)
@@ -618,6 +636,7 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
         run(candidate_configs(T, E, top_k, n_out, k_in, stage="split", tiles=[c for _, c in ranked()[:2]], **kw))
         run(candidate_configs(T, E, top_k, n_out, k_in, stage="group", tiles=[c for _, c in ranked()[:1]], **kw))
         run(candidate_configs(T, E, top_k, n_out, k_in, stage="tma", tiles=[c for _, c in ranked()[:1]], **kw))
+        run(candidate_configs(T, E, top_k, n_out, k_in, stage="persistent", tiles=[c for _, c in ranked()[:1]], **kw))
         return [c for _, c in ranked()]
 
     gated = N13 == 2 * I

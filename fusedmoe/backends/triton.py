@@ -9,8 +9,7 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
           (docs/BENCHMARKS.md): qwen3 (E 128) T=1 39.0 -> 29.9 us, T=4 108 -> 100, T=8
           loses 8%; deepseek tp8 (E 256) T=1 47.1 -> 34.6, T=8 244 -> 229, T=16 loses 11%;
           Mixtral (E 8, k 2) T=1 244 -> 230, T=2 loses 7%: hence max(k, E // 4).
-          W8A8 per-token and 1 x 128 group schemes quantize x and h inside the two GEMMs
-          (no quantization launches); fp8_tensor quantizes with its own kernels.
+          W8A8 schemes quantize x and h with the quantization kernels (4 launches).
   grouped (otherwise), below.
 
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
@@ -96,20 +95,15 @@ class TritonExperts(Experts):
 
     def __init__(self, config: MoEConfig, weights: ExpertWeights, platform, *, deterministic: bool = True):
         super().__init__(config, weights)
-        from ..kernels.decode import can_quantize_a
         self.scheme = weights.scheme
         self.quant_mode = QUANT_MODE[self.scheme.method]
         # W8A8: x is quantized here (grouped path: one kernel before GEMM1) or inside the
         # decode GEMMs, so prepare hands the experts 16-bit x
         self.input_quant = False
         self.quantized = self.scheme.method != QuantMethod.NONE
-        qtype = {QuantMethod.FP8_CHANNEL: "fp8", QuantMethod.FP8_BLOCK: "fp8",
-                 QuantMethod.INT8_CHANNEL: "int8"}.get(self.scheme.method)
-        # the decode GEMMs quantize x and h themselves (no quantization launches) when the
-        # granularity allows: per token always, per group when a K tile holds whole groups
-        self.decode_qa = qtype if qtype and all(
-            can_quantize_a(self.quant_mode, self.scheme.block_shape, K, 1)
-            for K in (config.hidden_size, config.intermediate_size)) else None
+        # (the decode GEMMs could quantize x and h themselves, kernels/decode.py quantize_a,
+        # but that measured slower on the H100: qwen3 fp8_channel T=1 59.9 vs 30.6 us with
+        # the quantization kernels, deepseek fp8_block 48.6 vs 32.1; both paths use them)
         self.reduce = "deterministic"           # the atomic variant is kept for measurement only
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
@@ -182,16 +176,13 @@ class TritonExperts(Experts):
         from ..kernels.decode import decode_gemm1, decode_gemm2
         c, w = self.config, self.weights
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
-        qa = self.decode_qa
-        if qa is not None:        # x and h quantized inside the GEMMs
-            q.update(quantize_a=qa, scale_pow2=self.scheme.scale_pow2)
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
-        x, x_scale = (prep.a1q, None) if qa else self._quant(prep.a1q, w.a13_scale)
+        x, x_scale = self._quant(prep.a1q, w.a13_scale)
         h = decode_gemm1(x, w.w13, prep.topk_ids, c.activation.value, ws["h"], expert_map=expert_map,
                          bias=w.w13_bias, swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha,
                          limit=c.swigluoai_limit, a_scale=x_scale, b_scale=w.w13_scale, **q)
-        h, h_scale = (h, None) if qa else self._quant(h, w.a2_scale)
+        h, h_scale = self._quant(h, w.a2_scale)
         return decode_gemm2(h, w.w2, prep.topk_ids, prep.topk_weights, ws["out"], expert_map=expert_map,
                             mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                             a_scale=h_scale, b_scale=w.w2_scale, **q)
@@ -248,7 +239,8 @@ def _variants(config, quant, platform):
                              "GEMM2 per (token, N tile) with the k-sum fused, no reduce")
             continue
         c1, c2 = lc.get(T)
-        tma = lambda c: " tma" if c.get("USE_TMA") else ""  # noqa: E731
+        tma = lambda c: (" tma" * bool(c.get("USE_TMA"))  # noqa: E731
+                         + f" persistent{c.get('PERSISTENT')}{' flat' * bool(c.get('FLATTEN'))}" * bool(c.get("PERSISTENT")))
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{tma(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{tma(c2)}")

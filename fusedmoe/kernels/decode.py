@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _scale_args
+from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
 from .quantize import _abs_bits, _quantize, _scale_from_amax_bits
 
@@ -326,28 +326,6 @@ def _check_block_k(bk: int, quant: str, block_shape, quantize_a) -> None:
             f"BLOCK_K {bk} must divide the scale group {gk} or be a multiple of it"
 
 
-def can_quantize_a(quant: str, block_shape, K: int, esize: int) -> bool:
-    """Whether the decode GEMMs can quantize a 16-bit A themselves for this scheme and K:
-    per row ('channel') always; per group ('block') when decode_config's BK holds whole
-    groups; per tensor never (its amax spans every row: a separate kernel)."""
-    if quant == "channel":
-        return True
-    if quant == "block":
-        gk = block_shape[1]
-        return gk & (gk - 1) == 0 and decode_config(1, 1, 1, K, esize, group_k=gk)["BLOCK_K"] % gk == 0
-    return False
-
-
-def _num_sms(device) -> int:
-    if device.type != "cuda":
-        return 4
-    return _SMS.get(device.index) or _SMS.setdefault(
-        device.index, torch.cuda.get_device_properties(device).multi_processor_count)
-
-
-_SMS: dict = {}
-
-
 def _quant_flags(quant, a, b, a_scale, b_scale, block_shape, quantize_a, pow2):
     """(scale pointers and strides, constexprs) for the kernels. ``quantize_a`` None (A is
     used as given) or 'fp8' / 'int8': A is 16-bit and the kernel quantizes it the way
@@ -388,7 +366,11 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
     operands and scales), with the routing ids instead of an AlignResult. ``quantize_a``
     'fp8' / 'int8': x is 16-bit and is quantized in the kernel as the W8A8 scheme does
     (quant 'channel': per token; 'block': per 1 x bk group, ``scale_pow2`` scales), with
-    the same rounding as kernels/quantize.py: no separate quantization launch.
+    the same rounding as kernels/quantize.py: no separate quantization launch. Measured
+    slower than the quantization kernels on the H100 (qwen3 fp8_channel T=1 GEMM1: 24 us
+    at best vs ~10 us expected; the division is recomputed per weight row of the tile),
+    so the backend does not use it; kept, tested bitwise against the separate path, as
+    the start of a cheaper version (quantize the row once per program into registers).
     """
     T, k = topk_ids.shape
     E, N13, K = w13.shape

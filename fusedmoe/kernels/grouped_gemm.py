@@ -30,10 +30,26 @@ divide bk); the others once after it. int8 x int8 accumulates in int32; a 16-bit
 an 8-bit B (weight-only) casts B to A's dtype in the loop.
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K[, USE_TMA]). BLOCK_SIZE_M must divide the AlignResult's block_m;
-SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles through a host-side TMA
-descriptor (triton >= 3.4; falls back to pointer loads when the weight is not contiguous
-or 16-byte aligned). See ``default_config`` for the decode and prefill regimes.
+num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN]). BLOCK_SIZE_M must divide the
+AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
+through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
+weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
+prefill regimes.
+
+PERSISTENT = P > 0 launches min(P * SMs, tiles) programs (per K split) instead of one per
+tile; each loops over tiles (same GROUP_M order, same per-tile code, so the output is
+bitwise the same) until the device's m-block count is exhausted. Why: prefill GEMM2 has
+K = I, a handful of K iterations per tile (deepseek-v3 tp8: I = 256 = 4 x BK 64, 57k
+tiles at T=16384), so each tile's pipeline fill and drain and its output stores dominate;
+a persistent program issues the next tile's loads while the last one's stores drain and
+pays its setup once. FLATTEN (with PERSISTENT) asks triton to fuse the tile and K loops
+into one software-pipelined loop (``tl.range(flatten=True)``, in triton 3.6 and 3.9; as
+in triton's persistent matmul tutorial), so the K pipeline also stays full across tiles.
+It costs registers and shared memory (the epilogue's layout-conversion buffer can no longer
+reuse the pipeline's): sm90 compile of the deepseek-v3 tp8 GEMM2 tile (BM 128, BN 256,
+4 stages, TMA) 186 -> 255 registers with a small spill, 192 -> 224 KiB, so whether it pays
+is the tuner's call ('persistent' stage). Unflattened persistent launches keep the
+registers of the one-tile launch.
 """
 from __future__ import annotations
 
@@ -106,41 +122,45 @@ def _dot(a, b, acc, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr):
     return r
 
 
-@triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
-def _moe_gemm_kernel(
-    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
-    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
-    N_OUT, K, num_pairs, num_m_blocks, k_tiles,
+@triton.jit
+def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of linear tile ``tile`` of a num_m x num_pid_n grid of tiles.
+
+    GROUP_M m-blocks walk the n-blocks together: consecutive m-blocks usually share an
+    expert, so its weight tiles are read from L2 instead of HBM.
+    """
+    in_group = GROUP_M * num_pid_n
+    first_m = (tile // in_group) * GROUP_M
+    rows_in_group = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % in_group) % rows_in_group
+    pid_n = (tile % in_group) // rows_in_group
+    return pid_m, pid_n
+
+
+@triton.jit
+def _gemm_tile(
+    pid_m, pid_n, pid_k, e,
+    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+    N_OUT, K, num_pairs, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
     stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
     limit, alpha,
-    A_DIV: tl.constexpr, C_DIV: tl.constexpr, ALIGN_BM: tl.constexpr,
+    A_DIV: tl.constexpr, C_DIV: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    # GROUP_M m-blocks walk the n-blocks together: consecutive m-blocks usually share an
-    # expert, so its weight tiles are read from L2 instead of HBM
-    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    in_group = GROUP_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_M
-    rows_in_group = tl.minimum(num_m_blocks - first_m, GROUP_M)
-    pid_m = first_m + (pid % in_group) % rows_in_group
-    pid_n = (pid % in_group) // rows_in_group
+    """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
 
-    if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
-        return                                        # past the padded total: nothing to do
-    e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
-    if e < 0:
-        return
-
+    A helper, not part of the kernel body, so that the one-tile-per-program launch and the
+    persistent tile loop run the same code (it is inlined: no call remains). No early
+    return here: the persistent loop needs its K loop directly in the tile loop's body
+    (triton cannot return inside a loop, and ``flatten`` does not look through an if).
+    """
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     slots = tl.load(sorted_ids_ptr + offs_m)                                    # [BM]
     row_ok = slots < num_pairs
@@ -262,6 +282,71 @@ def _moe_gemm_kernel(
         tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
+@triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
+def _moe_gemm_kernel(
+    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
+    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
+    N_OUT, K, num_pairs, num_m_blocks, k_tiles,
+    stride_am, stride_ak, stride_be, stride_bn, stride_bk,
+    stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    limit, alpha,
+    A_DIV: tl.constexpr, C_DIV: tl.constexpr, ALIGN_BM: tl.constexpr,
+    GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
+    A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
+    EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
+    if PERSISTENT:
+        # grid axis 0 = a few programs per SM, each looping over tiles with a stride of the
+        # grid, so one tile's loads overlap the previous tile's epilogue and stores. The loop
+        # runs over the m-blocks that exist on the device (num_tokens_post_padded is a
+        # multiple of ALIGN_BM, which BLOCK_M divides), not the host's bound: no iteration
+        # is spent on, or has to test for, a block past the end, whose expert id is -1.
+        # disable_licm: hoisting the tiles' invariant index tensors out of this loop keeps
+        # them live across it (triton 3.9 sm90 compile, deepseek-v3 tp8 tiles: GEMM1 173 ->
+        # 255 registers, GEMM2 186 -> 235; with it both stay as in the one-tile launch)
+        num_m = tl.minimum(tl.load(ntpp_ptr) // BLOCK_M, num_m_blocks)
+        for tile in tl.range(pid, num_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN, disable_licm=True):
+            pid_m, pid_n = _tile_coords(tile, num_m, num_pid_n, GROUP_M)
+            e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
+            _gemm_tile(
+                pid_m, pid_n, pid_k, e,
+                a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+                N_OUT, K, num_pairs, k_tiles,
+                stride_am, stride_ak, stride_be, stride_bn, stride_bk,
+                stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
+                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                limit, alpha,
+                A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
+                A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA,
+                BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+    else:
+        pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M)
+        if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
+            return                                    # past the padded total: nothing to do
+        e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
+        if e < 0:
+            return
+        _gemm_tile(
+            pid_m, pid_n, pid_k, e,
+            a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+            N_OUT, K, num_pairs, k_tiles,
+            stride_am, stride_ak, stride_be, stride_bn, stride_bk,
+            stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
+            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+            limit, alpha,
+            A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
+            A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA,
+            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+
+
 @triton.jit(do_not_specialize=["num_global"])
 def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, H, num_global, E,
                        stride_ys, stride_ym, stride_om,
@@ -326,6 +411,19 @@ def _tma_ok(b: torch.Tensor) -> bool:
             and b.shape[0] * b.shape[1] < 2 ** 31)
 
 
+_NUM_SMS: dict = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    """SMs of ``device``, cached (a launch must not query the driver). Off CUDA (the
+    interpreter) 4, so that small test problems still give each program several tiles."""
+    n = _NUM_SMS.get(device)
+    if n is None:
+        n = _NUM_SMS[device] = (torch.cuda.get_device_properties(device).multi_processor_count
+                                if device.type == "cuda" else 4)
+    return n
+
+
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
             quant="none", a_scale=None, b_scale=None, block_shape=None):
@@ -337,7 +435,13 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         return
     k_tiles = cdiv(cdiv(K, BK), split)                                      # K tiles per split
     a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b)
-    grid = (num_m_blocks * cdiv(n_out, BN), split)
+    tiles = num_m_blocks * cdiv(n_out, BN)                 # per split; the device skips those past ntpp
+    persistent = config.get("PERSISTENT", 0)
+    assert persistent >= 0, "PERSISTENT is a number of programs per SM (0: one program per tile)"
+    if persistent:   # PERSISTENT programs per SM in all, spread over the splits
+        grid = (min(cdiv(persistent * _num_sms(a.device), split), tiles), split)
+    else:
+        grid = (tiles, split)
     b_desc = None
     if config.get("USE_TMA", False) and TensorDescriptor is not None and _tma_ok(b):
         b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
@@ -364,6 +468,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
+        PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)),
     ), num_warps=warps, num_stages=stages)
 
 
