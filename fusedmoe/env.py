@@ -15,7 +15,8 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | (no cached launcher, kernels/launcher.py; default 1)          |
 | FUSEDMOE_DECODE_PAIRS       | the ``triton`` backend's decode kernels (kernels/decode.py)   |
 |                             | serve T*k <= this many pairs; 0 turns them off (default:      |
-|                             | max(k, E // 4) for E local experts, see backends/triton.py)   |
+|                             | max(k, E // 4) for E local experts, E // 16 for W8A8; see    |
+|                             | backends/triton.py)                                           |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ

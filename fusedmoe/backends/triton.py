@@ -1,15 +1,18 @@
 """``triton``: fusedmoe's Triton grouped-GEMM experts, standard format.
 
 Two paths, chosen per call by the pair count T*k (the selection report lists them per T):
-  decode  (T*k <= max(k, E // 4), or FUSEDMOE_DECODE_PAIRS): kernels/decode.py, two launches:
+  decode  (T*k <= max(k, E // 4) or, W8A8, max(k, E // 16); FUSEDMOE_DECODE_PAIRS overrides):
+          kernels/decode.py, two launches:
           GEMM1 per (pair, N tile) reading the expert ids itself (no align), and GEMM2 per
           (token, N tile) summing the token's k slots in a fixed order (no reduce kernel,
           deterministic). Below the bound most pairs hit distinct experts, so reading
           weights per pair instead of per expert costs little. H100, bf16, CUDA graphs
           (docs/BENCHMARKS.md): qwen3 (E 128) T=1 39.0 -> 29.9 us, T=4 108 -> 100, T=8
           loses 8%; deepseek tp8 (E 256) T=1 47.1 -> 34.6, T=8 244 -> 229, T=16 loses 11%;
-          Mixtral (E 8, k 2) T=1 244 -> 230, T=2 loses 7%: hence max(k, E // 4).
-          W8A8 schemes quantize x and h with the quantization kernels (4 launches).
+          Mixtral (E 8, k 2) T=1 244 -> 230, T=2 loses 7%: hence max(k, E // 4). W8A8
+          (x and h quantized by their own kernels, 4 launches) gains less: qwen3
+          fp8_channel T=1 31.5 = 31.5, T=4 loses 27%; deepseek fp8_block T=1 46.2 -> 33.4,
+          T=4 loses 10%: max(k, E // 16).
   grouped (otherwise), below.
 
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
@@ -48,12 +51,12 @@ QUANT_MIN_SM = {QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMe
                 QuantMethod.INT8_CHANNEL: 80}
 
 
-def decode_pairs(config: MoEConfig) -> int:
+def decode_pairs(config: MoEConfig, quantized: bool = False) -> int:
     """Largest T*k served by the decode kernels: FUSEDMOE_DECODE_PAIRS, else max(k, E // 4)
-    (one token always; more while the pairs mostly hit distinct experts; see the module
-    docstring for the measurements)."""
+    for 16-bit weights, max(k, E // 16) for W8A8 (one token always; more while the pairs
+    mostly hit distinct experts; see the module docstring for the measurements)."""
     v = env.decode_pairs()
-    return v if v is not None else max(config.top_k, config.num_local_experts // 4)
+    return v if v is not None else max(config.top_k, config.num_local_experts // (16 if quantized else 4))
 
 
 def deinterleave_rows(t: torch.Tensor) -> torch.Tensor:
@@ -107,7 +110,7 @@ class TritonExperts(Experts):
         self.reduce = "deterministic"           # the atomic variant is kept for measurement only
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
-        self.decode_pairs = decode_pairs(config)      # read once: env is read outside the forward
+        self.decode_pairs = decode_pairs(config, self.scheme.method != QuantMethod.NONE)  # env read once
         self._specs: dict = {}
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
@@ -232,7 +235,7 @@ def _variants(config, quant, platform):
     except Exception as e:  # Triton missing on a dry-run machine: say so instead of failing explain
         return {"all": f"(launch configs unavailable here: {e})"}
     out = {"source": lc.describe()}
-    dp = decode_pairs(config)
+    dp = decode_pairs(config, quant.method != QuantMethod.NONE)
     for T in BUCKETS:
         if T * config.top_k <= dp:
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
