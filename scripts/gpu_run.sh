@@ -7,7 +7,8 @@
 #                                      at decode, per-stage times of bf16 / fp8 prefill
 #   scripts/gpu_run.sh decode          decode kernels: their GPU tests, then benchmarks/decode_ab.py
 #                                      (tile sweep, PDL, decode vs grouped path per T)
-#   scripts/gpu_run.sh report          the four runs of docs/BENCHMARKS.md (bf16 with peers, W8A8)
+#   scripts/gpu_run.sh report [--w8a8] the four runs of docs/BENCHMARKS.md (bf16 with peers, W8A8;
+#                                      --w8a8: only the W8A8 two), in $OUT/report.tar
 #   scripts/gpu_run.sh all             test + the 16-bit benchmark of docs/BENCHMARKS.md
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -48,13 +49,16 @@ case "$stage" in
         timeout 420 python3 benchmarks/decode_ab.py --out "$OUT/decode_ab.json" "$@" 2>&1 | tee "$OUT/decode_ab.txt" ;;
   report) env_info
         T=1,16,64,256,1024,4096,16384
-        python3 -m fusedmoe bench --tokens $T --model mixtral-8x7b,qwen3-30b-a3b --json "$OUT/b16a.json" --plot "$OUT/b16a.png" > "$OUT/b16a.txt" 2> "$OUT/b16a.err"
-        python3 -m fusedmoe bench --tokens $T --model deepseek-v3 --tp 8 --json "$OUT/b16b.json" --plot "$OUT/b16b.png" > "$OUT/b16b.txt" 2> "$OUT/b16b.err"
+        if [ "${1:-}" != "--w8a8" ]; then
+          python3 -m fusedmoe bench --tokens $T --model mixtral-8x7b,qwen3-30b-a3b --json "$OUT/b16a.json" --plot "$OUT/b16a.png" > "$OUT/b16a.txt" 2> "$OUT/b16a.err"
+          python3 -m fusedmoe bench --tokens $T --model deepseek-v3 --tp 8 --json "$OUT/b16b.json" --plot "$OUT/b16b.png" > "$OUT/b16b.txt" 2> "$OUT/b16b.err"
+        fi
         python3 -m fusedmoe bench --tokens $T --model qwen3-30b-a3b --quant none,fp8_channel,int8_channel --peers none \
           --backend triton,grouped_mm --json "$OUT/bq1.json" > "$OUT/bq1.txt" 2> "$OUT/bq1.err"
         python3 -m fusedmoe bench --tokens $T --model deepseek-v3 --tp 8 --quant none,fp8_block --peers none \
           --backend triton --json "$OUT/bq2.json" > "$OUT/bq2.txt" 2> "$OUT/bq2.err"
-        tail -n 3 "$OUT"/*.err ;;
+        tail -n 3 "$OUT"/*.err
+        (cd "$OUT" && tar cf report.tar b16* bq* env.txt && rm -f b16* bq*) ;;   # the device tool returns few files
   all) env_info; run_tests
        run_bench --model mixtral-8x7b,qwen3-30b-a3b --tokens 1,16,64,256,1024,4096,16384 ;;
   *) echo "unknown stage $stage"; exit 2 ;;
