@@ -30,24 +30,6 @@ from fusedmoe.presets import get_preset
 SHAPES = [("qwen3-30b-a3b", 1), ("deepseek-v3", 8), ("mixtral-8x7b", 1)]
 
 
-def graph_us(calls):
-    """Median µs of one call of the list ``calls`` (one graph holds them all)."""
-    for c in calls[:2]:
-        c()
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for c in calls[:2]:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    return hz._time_cuda(g.replay, 30, warmup=2) * 1e3 / len(calls)
-
-
 def kernel_sweep(cfg, w, sets, bw, quick, scheme="none"):
     """Section A for one shape and scheme: every config's time per GEMM, and the default.
     W8A8 schemes run with the in-kernel activation quantization (as the backend does)."""
@@ -84,7 +66,7 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none"):
                          for s, h, o in zip(sets, hs, outs)]
                 nb = bytes2
             try:
-                us = graph_us(calls)
+                us = hz.time_graph(calls)
                 rows.append(dict(gemm=gemm, **c, us=us, gbps=nb / us / 1e3, pct=100 * nb / us / 1e3 / bw))
             except Exception as e:  # a config that does not compile: say so, go on
                 rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:120]}"))

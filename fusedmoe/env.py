@@ -44,18 +44,23 @@ def disabled_backends() -> frozenset[str]:
     return frozenset(s.strip() for s in v.split(",") if s.strip())
 
 
-def chunk_size() -> int:
-    v = os.environ.get("FUSEDMOE_CHUNK_SIZE", "").strip()
+def _int_var(name: str, min_value: int, expected: str, example: str) -> int | None:
+    """An integer variable, None when unset; a clear error when it is not an int >= min_value."""
+    v = os.environ.get(name, "").strip()
     if not v:
-        return DEFAULT_CHUNK_SIZE
+        return None
     try:
         n = int(v)
     except ValueError:
-        n = -1
-    if n < 1:
-        raise ConfigError("FUSEDMOE_CHUNK_SIZE", v, "a positive integer",
-                          "unset it or set e.g. FUSEDMOE_CHUNK_SIZE=8192")
+        n = min_value - 1
+    if n < min_value:
+        raise ConfigError(name, v, expected, f"unset it or set e.g. {name}={example}")
     return n
+
+
+def chunk_size() -> int:
+    n = _int_var("FUSEDMOE_CHUNK_SIZE", 1, "a positive integer", "8192")
+    return DEFAULT_CHUNK_SIZE if n is None else n
 
 
 def config_dir() -> str | None:
@@ -74,17 +79,7 @@ def fast_launch() -> bool:
 
 def decode_pairs() -> int | None:
     """FUSEDMOE_DECODE_PAIRS as an int (None when unset: the backend's own rule)."""
-    v = os.environ.get("FUSEDMOE_DECODE_PAIRS", "").strip()
-    if not v:
-        return None
-    try:
-        n = int(v)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ConfigError("FUSEDMOE_DECODE_PAIRS", v, "an integer >= 0 (0: no decode kernels)",
-                          "unset it or set e.g. FUSEDMOE_DECODE_PAIRS=16")
-    return n
+    return _int_var("FUSEDMOE_DECODE_PAIRS", 0, "an integer >= 0 (0: no decode kernels)", "16")
 
 
 def log_level() -> str:

@@ -33,21 +33,7 @@ def name(p, fl):
 
 
 def graph_us(calls):
-    """Median µs of one call of ``calls`` (one CUDA graph holds them all; inputs rotate)."""
-    for c in calls[:2]:
-        c()
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for c in calls[:2]:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    return hz._time_cuda(g.replay, 20, warmup=2) * 1e3 / len(calls)
+    return hz.time_graph(calls, reps=20)
 
 
 def variant(cfg, p, fl):

@@ -327,6 +327,25 @@ def _reps_for(est_ms: float, budget_ms: float, min_reps: int, max_reps: int) -> 
     return int(max(min_reps, min(max_reps, budget_ms / est_ms)))
 
 
+def time_graph(calls, reps: int = 30) -> float:
+    """Median µs of one call of the list ``calls`` of zero-argument callables, all captured in
+    one CUDA graph (give each its own inputs so L2 does not hold them); for kernel-level A/Bs."""
+    for c in calls[:2]:
+        c()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls[:2]:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    return _time_cuda(g.replay, reps, warmup=2) * 1e3 / len(calls)
+
+
 def time_impl(fn: Callable, sets, *, graph: bool = True, eager: bool = True, ids64: bool = False,
               reps: Optional[int] = None, budget_ms: float = 200.0, min_reps: int = 5, max_reps: int = 200,
               graph_safe: bool = True) -> Timing:
