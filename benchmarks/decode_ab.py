@@ -32,16 +32,20 @@ SHAPES = [("qwen3-30b-a3b", 1), ("deepseek-v3", 8), ("mixtral-8x7b", 1)]
 
 def kernel_sweep(cfg, w, sets, bw, quick, scheme="none"):
     """Section A for one shape and scheme: every config's time per GEMM, and the default.
-    W8A8 schemes run with the in-kernel activation quantization (as the backend does)."""
+    W8A8 schemes run as the backend does: x and h quantized by the quantization kernels
+    beforehand (untimed here), the GEMMs on the 8-bit operands."""
+    from fusedmoe.modular.prepare_finalize import quantize_activation
     H, I, k = cfg.hidden_size, cfg.intermediate_size, cfg.top_k
     esize = 1 if scheme != "none" else 2
     q1, q2 = {}, {}
     if scheme != "none":
         quant = "block" if scheme == "fp8_block" else "channel"
         blk = w.scheme.block_shape if quant == "block" else None
-        q1 = dict(quant=quant, block_shape=blk, b_scale=w.w13_scale, quantize_a="fp8")
-        q2 = dict(quant=quant, block_shape=blk, b_scale=w.w2_scale, quantize_a="fp8")
-    hs = [decode_gemm1(s.x, w.w13, s.topk_ids, "silu", **q1) for s in sets]
+        q1 = dict(quant=quant, block_shape=blk, b_scale=w.w13_scale)
+        q2 = dict(quant=quant, block_shape=blk, b_scale=w.w2_scale)
+    a1 = [quantize_activation(s.x, w.scheme) if esize == 1 else (s.x, None) for s in sets]     # (x, scale)
+    hs = [decode_gemm1(x, w.w13, s.topk_ids, "silu", a_scale=xs, **q1) for s, (x, xs) in zip(sets, a1)]
+    a2 = [quantize_activation(h, w.scheme) if esize == 1 else (h, None) for h in hs]           # (h, scale)
     hit = sum(s.experts_hit for s in sets) / len(sets)
     bytes1 = hit * 2 * I * H * esize
     bytes2 = hit * H * I * esize
@@ -57,13 +61,15 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none"):
                 continue
             c = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=pf)
             if gemm == "gemm1":
-                calls = [lambda s=s, h=h: decode_gemm1(s.x, w.w13, s.topk_ids, "silu", h, config=c, **q1)
-                         for s, h in zip(sets, hs)]
+                calls = [lambda s=s, h=h, a=a: decode_gemm1(a[0], w.w13, s.topk_ids, "silu", h, config=c,
+                                                            a_scale=a[1], **q1)
+                         for s, h, a in zip(sets, hs, a1)]
                 nb = bytes1
             else:
                 outs = [torch.empty(1, H, dtype=torch.bfloat16, device="cuda") for _ in sets]
-                calls = [lambda s=s, h=h, o=o: decode_gemm2(h, w.w2, s.topk_ids, s.topk_weights, o, config=c, **q2)
-                         for s, h, o in zip(sets, hs, outs)]
+                calls = [lambda s=s, a=a, o=o: decode_gemm2(a[0], w.w2, s.topk_ids, s.topk_weights, o, config=c,
+                                                            a_scale=a[1], **q2)
+                         for s, a, o in zip(sets, a2, outs)]
                 nb = bytes2
             try:
                 us = hz.time_graph(calls)

@@ -5,7 +5,7 @@
 #   GEMM1 alone, GEMM2 alone (its kernel without the k-reduce), each with P in 0/1/2 x FLATTEN;
 #   the whole forward (CUDA graph) with the variant on GEMM2 only and on both GEMMs.
 # Every variant's output is compared bitwise with P=0 (deterministic paths: only the schedule
-# changes). Results: $OUT/persistent_ab.{txt,md,json}. Usage: scripts/gpu_persistent_ab.sh [--quick]
+# changes). Results: $OUT/persistent_ab.{txt,md,json}. Usage: scripts/gpu_persistent_ab.sh [--quick] [--mixtral]
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
@@ -23,7 +23,7 @@ from fusedmoe.presets import get_preset
 
 out_dir = sys.argv[1]
 quick = "--quick" in sys.argv[2:]
-POINTS = [("deepseek-v3", 8), ("qwen3-30b-a3b", 1)]
+POINTS = [("mixtral-8x7b", 1)] if "--mixtral" in sys.argv[2:] else [("deepseek-v3", 8), ("qwen3-30b-a3b", 1)]
 TOKENS = (16384,) if quick else (4096, 16384)
 VARIANTS = [(0, False), (1, False), (1, True), (2, False), (2, True)]
 
