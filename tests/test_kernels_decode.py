@@ -157,10 +157,11 @@ def test_decode_config_rules():
     assert decode_config(8, 1, 2048, 768, 2, 132) == dict(BLOCK_N=4, BLOCK_K=256, num_warps=8, PREFETCH=True)
     # a grid under 3 programs per SM narrows BN (deepseek H = 7168 would allow 4; 1 SM-ful)
     assert decode_config(8, 1, 1024, 256, 2, 132)["BLOCK_N"] == 2
-    # fp8 rows: 2 KB = 2048 elements; 128-wide scale groups allow multiples of 128; a group
-    # of 48 needs a divisor
-    assert decode_config(2, 8, 768, 2048, 1, 132)["BLOCK_K"] == 2048
-    assert decode_config(2, 8, 768, 2048, 1, 132, group_k=128)["BLOCK_K"] == 2048
+    # 128-wide scale groups allow multiples of 128; a group of 48 needs a divisor
+    # 8-bit rows: BK <= K / 8 (>= 256) so the prefetch has steps to overlap; GEMM2 4 warps
+    assert decode_config(2, 8, 768, 2048, 1, 132) == dict(BLOCK_N=8, BLOCK_K=256, num_warps=4, PREFETCH=True)
+    assert decode_config(2, 8, 256, 7168, 1, 132, group_k=128)["BLOCK_K"] == 1024
+    assert decode_config(8, 1, 2048, 768, 1, 132) == dict(BLOCK_N=4, BLOCK_K=256, num_warps=4, PREFETCH=True)
     assert decode_config(2, 8, 768, 2048, 1, 132, group_k=48)["BLOCK_K"] == 16
     # short or odd K: the masked tail stays under 1/8 of K
     assert decode_config(2, 1, 64, 40, 2, 4)["BLOCK_K"] == 16

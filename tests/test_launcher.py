@@ -255,6 +255,89 @@ def test_normal_path_when_triton_would_do_more(fast):
     assert paths(3) == ["normal"] * 3 and launcher.stats(fk)["entries"] == 0
 
 
+def test_pinned_block_reads_the_launch_state_once(fast):
+    """Inside pin/unpin_launch_state the device, stream and hook state are read at the first
+    launch only (none read before it); blocks nest, and other threads read their own."""
+    import threading
+    reads = []
+
+    def device_stream():
+        reads.append(threading.get_ident())
+        return 0, 7 + len(reads)
+    fast.setattr(launcher, "_device_stream", device_stream)
+    fk = _FakeJIT(_toy)
+    x = torch.zeros(64)
+    ce = dict(BLOCK=16, MODE=0)
+    token = launcher.pin_launch_state()
+    try:
+        assert reads == []                                           # nothing launched yet
+        for _ in range(3):
+            launch(fk, (1,), _args(x), ce, num_warps=4)
+        assert len(reads) == 1 and [c[3] for c in fk.calls[1:]] == [8, 8]   # one read, its stream
+        inner = launcher.pin_launch_state()
+        launch(fk, (1,), _args(x), ce, num_warps=4)                 # a nested block reads anew
+        assert len(reads) == 2
+        launcher.unpin_launch_state(inner)
+        other = threading.Thread(target=lambda: launch(fk, (1,), _args(x), ce, num_warps=4))
+        other.start()
+        other.join()
+        assert len(reads) == 3 and reads[-1] != reads[0]             # not pinned there
+        launch(fk, (1,), _args(x), ce, num_warps=4)                 # the outer block's state again
+        assert len(reads) == 3 and fk.calls[-1][3] == 8
+    finally:
+        launcher.unpin_launch_state(token)
+    launch(fk, (1,), _args(x), ce, num_warps=4)                     # outside: read per launch
+    launch(fk, (1,), _args(x), ce, num_warps=4)
+    assert len(reads) == 5
+
+    hook = lambda metadata: None                                     # noqa: E731
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):                                        # a profiler at the block's start:
+        chain.add(hook)                                              # every launch of it goes normal
+        token = launcher.pin_launch_state()
+        try:
+            start = len(fk.calls)
+            launch(fk, (1,), _args(x), ce, num_warps=4)
+            chain.remove(hook)
+            launch(fk, (1,), _args(x), ce, num_warps=4)
+            assert [c[0] for c in fk.calls[start:]] == ["normal", "normal"]
+        finally:
+            launcher.unpin_launch_state(token)
+            if hook in getattr(chain, "calls", ()):
+                chain.remove(hook)
+
+
+def test_modular_kernel_forward_is_one_pinned_block(fast, mk):
+    """A ModularKernel forward (here two chunks, two launches each) reads the launch state
+    once; the launches after the forward read it again."""
+    from fusedmoe.modular import ModularKernel, NoEP
+    from fusedmoe.modular.interfaces import Experts, NoOpWeightAndReduce, WorkspaceSpec
+    reads = []
+    fast.setattr(launcher, "_device_stream", lambda: reads.append(1) or (0, 7))
+    fk = _FakeJIT(_toy)
+    buf = torch.zeros(64)
+
+    class _Launching(Experts):
+        def workspace(self, M, topk):
+            return WorkspaceSpec({"out": ((M, self.config.hidden_size), self.config.torch_dtype)})
+
+        def weight_and_reduce(self):
+            return NoOpWeightAndReduce()
+
+        def apply(self, prep, ws, expert_map):
+            for _ in range(2):
+                launch(fk, (1,), _args(buf), dict(BLOCK=16, MODE=0), num_warps=4)
+            return ws["out"].copy_(prep.a1q)
+
+    cfg = mk.config(E=8, k=2, H=64, I=32, dtype="float32")
+    w, ids = mk.topk(6, 8, 2)
+    x = mk.x(cfg, 6)
+    out = ModularKernel(NoEP(), _Launching(cfg, mk.weights(cfg)), chunk_size=3)(x, w, ids)
+    assert torch.equal(out, x) and len(fk.calls) == 4 and len(reads) == 1
+    launch(fk, (1,), _args(buf), dict(BLOCK=16, MODE=0), num_warps=4)
+    assert len(reads) == 2
+
+
 def test_kernel_level_refusals(fast):
     x = torch.zeros(64)
     fk = _FakeJIT(_toy)                                              # a parameter by keyword

@@ -240,12 +240,36 @@ def test_bad_forward_inputs_name_the_parameter(layer32, mk):
     bad = ti.clone()
     bad[2, 1] = -1
     expect_input_error("topk_ids", lambda: layer.experts(x, tw, bad))                 # negative id
+    twice = ti.clone()
+    twice[3, 1] = twice[3, 0]
+    expect_input_error("topk_ids", lambda: layer.experts(x, tw, twice))               # an expert twice
+    expect_input_error("topk_ids", lambda: layer.experts(x, tw, twice.long()))
     expect_input_error("topk_ids.shape", lambda: layer.experts(x, tw, ti[:, :1]))      # [T, 1] for k=2
     expect_input_error("topk_ids.shape", lambda: layer.experts(x, tw, ti[:4]))         # T mismatch
     expect_input_error("topk_weights.shape", lambda: layer.experts(x, tw[:, :1], ti))
     expect_input_error("topk_ids.dtype", lambda: layer.experts(x, tw, ti.float()))
     expect_input_error("x", lambda: layer.experts(x.tolist(), tw, ti), ConfigTypeError)
     assert torch.isfinite(layer.experts(x, tw.bfloat16(), ti.long())).all()           # int64 ids, bf16 weights ok
+
+
+def test_data_checks_decided_at_construction(layer32, mk, monkeypatch):
+    """The topk-id value checks run for CPU weights, elsewhere only with FUSEDMOE_DEBUG=1 set
+    at construction (the variable is not read per call)."""
+    cfg, layer = layer32
+    pe = layer.prepared
+    assert pe.data_checks                                            # CPU weights: always
+    meta = pe.weights.to("meta")
+    monkeypatch.setenv("FUSEDMOE_DEBUG", "1")
+    debug_pe = layer_mod.PreparedExperts(cfg, meta, pe.selection, pe.kernel, None)
+    monkeypatch.delenv("FUSEDMOE_DEBUG")
+    quiet_pe = layer_mod.PreparedExperts(cfg, meta, pe.selection, pe.kernel, None)
+    monkeypatch.setenv("FUSEDMOE_DEBUG", "1")                       # too late for quiet_pe
+    assert debug_pe.data_checks and not quiet_pe.data_checks
+    x = mk.x(cfg, 3)
+    tw, ti = mk.topk(3, 8, 2)
+    ti[0, 0] = 99
+    layer_mod.check_inputs(cfg, x, tw, ti, x.device, False)           # values not looked at
+    expect_input_error("topk_ids", lambda: layer_mod.check_inputs(cfg, x, tw, ti, x.device, True))
 
 
 def test_prepare_experts_type_errors(mk):

@@ -27,6 +27,7 @@ Algorithm (no atomics, so the result is the same on every run):
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -44,6 +45,7 @@ __all__ = ["AlignResult", "align_block_size", "max_padded_size", "SMALL_MAX", "C
 # (256: 100 us, the single-program scan then loops over 512 chunks).
 SMALL_MAX = 512
 CHUNK = None          # None: chosen by n, see _chunk_for
+_FILL_B = 1024        # blocks / slots written per step by _write_layout's fill loops
 
 
 def _chunk_for(n: int) -> int:
@@ -204,6 +206,22 @@ def _align_scatter_kernel(ids_ptr, map_ptr, base_ptr, sorted_ids_ptr, n, num_glo
 
 
 # ----------------------------------------------------------------------------------------
+def _bins(num_experts: int) -> tuple:
+    """(E_BINS, LOG_E): histogram bins for E_loc experts plus the drop bin, and log2 of it."""
+    e_bins = next_power_of_2(num_experts + 1)
+    return e_bins, e_bins.bit_length() - 1
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _small_launch(n: int, block_m: int, num_experts: int, has_map: bool) -> tuple:
+    """(constexprs, num_warps) of the one-program launch, once per shape (a serving loop
+    repeats a few): ~0.6 us of host time a call. The dict is shared: launch() only reads it."""
+    e_bins, log_e = _bins(num_experts)
+    block = max(16, next_power_of_2(n))
+    return (dict(HAS_MAP=has_map, BM=block_m, E_BINS=e_bins, LOG_E=log_e, BLOCK=block, FILL_B=_FILL_B),
+            4 if block <= 1024 else 8)
+
+
 def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
                      expert_map: Optional[torch.Tensor] = None, *,
                      out: Optional[AlignResult] = None,
@@ -219,8 +237,8 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
     if not ids.is_contiguous():
         ids = ids.contiguous()
     n = ids.numel()
-    dev = ids.device
     if out is None:
+        dev = ids.device
         mp = max_padded_size(n, block_m, num_experts)
         out = AlignResult(torch.empty(mp, dtype=torch.int32, device=dev),
                           torch.empty(mp // block_m, dtype=torch.int32, device=dev),
@@ -229,28 +247,25 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
     out.topk_ids, out.expert_map = topk_ids, expert_map
     sorted_ids, expert_ids, ntpp = out.sorted_ids, out.expert_ids, out.num_tokens_post_padded
     mp, mb = sorted_ids.numel(), expert_ids.numel()
-    e_bins = next_power_of_2(num_experts + 1)                 # +1: the drop bin
-    log_e = e_bins.bit_length() - 1
     has_map = expert_map is not None
     emap = expert_map if has_map else ids                     # any pointer; never read
     n_global = expert_map.numel() if has_map else num_experts
-    fill_b = 1024
     if n <= small_max:
-        block = max(16, next_power_of_2(n))
+        constexprs, num_warps = _small_launch(n, block_m, num_experts, has_map)
         launch(_align_small_kernel, (1,),
                (ids, emap, sorted_ids, expert_ids, ntpp, n, n_global, num_experts, mp, mb),
-               dict(HAS_MAP=has_map, BM=block_m, E_BINS=e_bins, LOG_E=log_e, BLOCK=block, FILL_B=fill_b),
-               num_warps=4 if block <= 1024 else 8)
+               constexprs, num_warps=num_warps)
         return out
+    e_bins, log_e = _bins(num_experts)
     chunk = chunk or _chunk_for(n)
     num_chunks = cdiv(n, chunk)
-    scratch = torch.empty((2, num_chunks, e_bins), dtype=torch.int32, device=dev)  # counts, base
+    scratch = torch.empty((2, num_chunks, e_bins), dtype=torch.int32, device=ids.device)  # counts, base
     counts, base = scratch[0], scratch[1]
     launch(_align_count_kernel, (num_chunks,), (ids, emap, counts, n, n_global, num_experts),
            dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk), num_warps=4)
     launch(_align_scan_kernel, (1,),
            (counts, base, sorted_ids, expert_ids, ntpp, num_chunks, n, num_experts, mp, mb),
-           dict(BM=block_m, E_BINS=e_bins, LOG_E=log_e, CB=max(1, 4096 // e_bins), FILL_B=fill_b),
+           dict(BM=block_m, E_BINS=e_bins, LOG_E=log_e, CB=max(1, 4096 // e_bins), FILL_B=_FILL_B),
            num_warps=8)
     launch(_align_scatter_kernel, (num_chunks,), (ids, emap, base, sorted_ids, n, n_global, num_experts),
            dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk), num_warps=4)

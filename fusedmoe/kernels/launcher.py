@@ -72,6 +72,14 @@ the call, whenever triton itself would do more than specialize-and-launch:
 Not re-checked on hits: ``JITFunction.run``'s "global variable changed since compile"
 guard (a debugging aid for monkeypatched module globals).
 
+Launch state: per launch, ``JITFunction.run`` reads the current device and stream and
+triton's hooks and debug flags. ``pin_launch_state()`` lets a caller that launches several
+kernels in a row (``ModularKernel``: one forward) have them read once, at the first launch
+of the block, on this thread: ~1-2 us per further launch on an H100 host
+(``torch.cuda.current_device`` is Python). Inside the block the caller must not switch
+device or stream (no fusedmoe forward does); a hook that another thread installs meanwhile
+applies from the next block on, as if the block had started a moment earlier.
+
 ``FUSEDMOE_FAST_LAUNCH`` and ``TRITON_INTERPRET`` are read at the first launch; ``reset()``
 re-reads them and forgets every cached launch. Each kernel keeps at most ``MAX_ENTRIES``
 entries (then its cache is cleared and refilled). Works with triton 3.6 and 3.9; an API
@@ -80,6 +88,7 @@ that is missing turns the fast path off (normal launches only).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Optional, Sequence
 
 import torch
@@ -98,7 +107,8 @@ try:  # host-side TMA descriptors (triton >= 3.4)
 except Exception:  # pragma: no cover
     _TensorDescriptor = None
 
-__all__ = ["launch", "cdiv", "next_power_of_2", "fast_path_enabled", "reset", "stats", "MAX_ENTRIES"]
+__all__ = ["launch", "pin_launch_state", "unpin_launch_state", "cdiv", "next_power_of_2", "fast_path_enabled",
+           "reset", "stats", "MAX_ENTRIES"]
 
 log = logging.getLogger("fusedmoe.launcher")
 
@@ -279,6 +289,47 @@ def _device_stream():
     return device, drv.get_current_stream(device)
 
 
+def _launch_state():
+    """(device, stream) when a launch may take the fast path, () when triton would do more."""
+    return _device_stream() if _triton_idle() else ()
+
+
+_UNREAD = object()                      # in a pinned block, before its first launch
+
+
+class _Pinned(threading.local):
+    """This thread's pinned launch state: None outside a pinned block (read per launch),
+    ``_UNREAD``, or what ``_launch_state`` returned at the block's first launch."""
+
+    state = None
+
+
+_pinned = _Pinned()
+
+
+def pin_launch_state():
+    """From here to ``unpin_launch_state(token)``, this thread's launches read the launch state
+    once (module doc); returns the token. Nests. Reads nothing until the first launch, so a
+    block that launches nothing (a torch-only backend, no GPU driver) queries no device.
+
+        token = pin_launch_state()
+        try:
+            ...                      # launches
+        finally:
+            unpin_launch_state(token)
+
+    (Two calls rather than a context manager: this runs once per forward, and a ``with``
+    block's object and method calls cost about twice as much.)"""
+    token = _pinned.state
+    _pinned.state = _UNREAD
+    return token
+
+
+def unpin_launch_state(token) -> None:
+    """End the block ``pin_launch_state`` began (the enclosing block's state comes back)."""
+    _pinned.state = token
+
+
 def _normal(kernel, grid, args, constexprs, num_warps, num_stages):
     if num_warps is not None:
         if num_stages is not None:
@@ -297,19 +348,25 @@ def launch(kernel, grid, args: Sequence, constexprs: dict, num_warps: Optional[i
     Returns the CompiledKernel (what kernel[grid] returns; whatever it returns on the
     normal path).
     """
-    if _enabled is None:
-        _refresh()
-    if not _enabled:
+    if not _enabled and (_enabled is not None or not _refresh()):
         return _normal(kernel, grid, args, constexprs, num_warps, num_stages)
     kc = _caches.get(id(kernel))
     if kc is None:
         kc = _caches[id(kernel)] = _KernelCache(kernel)
-    if kc.disabled is not None or kernel.pre_run_hooks or callable(grid) or not _triton_idle():
+    if kc.disabled is not None or kernel.pre_run_hooks or callable(grid):
         return _normal(kernel, grid, args, constexprs, num_warps, num_stages)
-    device, stream = _device_stream()
+    state = _pinned.state
+    if state is None:
+        state = _launch_state()
+    elif state is _UNREAD:
+        state = _pinned.state = _launch_state()
+    if not state:
+        return _normal(kernel, grid, args, constexprs, num_warps, num_stages)
+    device, stream = state
+    values = constexprs.values()
     try:
-        key = (kc.key_fn(len(args))(*args), tuple(constexprs), tuple(constexprs.values()),
-               tuple(map(type, constexprs.values())), num_warps, num_stages, device, stream)
+        key = (kc.key_fn(len(args))(*args), tuple(constexprs), tuple(values), tuple(map(type, values)),
+               num_warps, num_stages, device, stream)
         entry = kc.entries.get(key)          # TypeError: an unhashable constexpr value
     except (_NoFastPath, TypeError):
         return _normal(kernel, grid, args, constexprs, num_warps, num_stages)

@@ -23,6 +23,7 @@ it can be captured in a CUDA graph with pre-allocated ``out_weights`` / ``out_id
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -141,6 +142,25 @@ def _launch_shape(T: int, tile: int) -> tuple[int, int]:
     return block_t, num_warps
 
 
+@functools.lru_cache(maxsize=256, typed=True)
+def _launch_params(T, E, top_k, sigmoid, renormalize, has_bias, num_groups, topk_groups, block_t, num_warps):
+    """(grid, constexprs, num_warps) of one routing launch, once per shape and routing rule
+    (a serving loop repeats a few): ~1.5 us of host time a call. ``typed``: 8 and 8.0 are
+    other constexprs. The dict is shared: launch() only reads it."""
+    grouped = num_groups is not None and num_groups > 1  # one group keeps every expert
+    G = num_groups if grouped else 1
+    assert E % G == 0, "validated by the caller"
+    Gs = E // G
+    BG, BGs = next_power_of_2(G), next_power_of_2(Gs)
+    bt, nw = _launch_shape(T, BG * BGs)
+    block_t, num_warps = block_t or bt, num_warps or nw
+    return (cdiv(T, block_t),), dict(
+        NUM_GROUPS=G, GROUP_SIZE=Gs, TOPK_GROUPS=topk_groups if grouped else 0, TOP_K=top_k,
+        E_PAD=BG * Gs + BGs, BLOCK_T=block_t, BLOCK_G=BG, BLOCK_GS=BGs, BLOCK_K=next_power_of_2(top_k),
+        SIGMOID=bool(sigmoid), RENORMALIZE=bool(renormalize), HAS_BIAS=has_bias,
+        GROUPED=grouped, GROUP_TOP2=bool(has_bias and Gs > 1)), num_warps
+
+
 def fused_topk(logits: torch.Tensor, top_k: int, *, sigmoid: bool, renormalize: bool,
                correction_bias: Optional[torch.Tensor] = None, num_groups: Optional[int] = None,
                topk_groups: Optional[int] = None, routed_scaling_factor: float = 1.0,
@@ -170,23 +190,14 @@ def fused_topk(logits: torch.Tensor, top_k: int, *, sigmoid: bool, renormalize: 
         out_ids = torch.empty(T, top_k, dtype=torch.int32, device=logits.device)
     if T == 0:
         return out_weights, out_ids
-    grouped = num_groups is not None and num_groups > 1  # one group keeps every expert
-    G = num_groups if grouped else 1
-    assert E % G == 0, "validated by the caller"
-    Gs = E // G
-    BG, BGs = next_power_of_2(G), next_power_of_2(Gs)
-    bt, nw = _launch_shape(T, BG * BGs)
-    block_t, num_warps = block_t or bt, num_warps or nw
     has_bias = correction_bias is not None
-    grid = (cdiv(T, block_t),)
+    grid, constexprs, num_warps = _launch_params(T, E, top_k, sigmoid, renormalize, has_bias, num_groups,
+                                                 topk_groups, block_t, num_warps)
     launch(_fused_topk_kernel, grid,
            (logits, correction_bias if has_bias else logits, out_weights, out_ids,
             T, logits.stride(0), logits.stride(1), out_weights.stride(0), out_weights.stride(1),
             out_ids.stride(0), out_ids.stride(1),
             float(routed_scaling_factor)),
-           dict(NUM_GROUPS=G, GROUP_SIZE=Gs, TOPK_GROUPS=topk_groups if grouped else 0, TOP_K=top_k,
-                E_PAD=BG * Gs + BGs, BLOCK_T=block_t, BLOCK_G=BG, BLOCK_GS=BGs, BLOCK_K=next_power_of_2(top_k),
-                SIGMOID=bool(sigmoid), RENORMALIZE=bool(renormalize), HAS_BIAS=has_bias,
-                GROUPED=grouped, GROUP_TOP2=bool(has_bias and Gs > 1)),
-           num_warps=num_warps)
+           constexprs, num_warps=num_warps)
     return out_weights, out_ids
+

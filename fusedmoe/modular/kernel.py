@@ -9,6 +9,11 @@
   activation scale (fp8_tensor dynamic, nvfp4), whose scale is then computed per chunk.
 - Shared experts (any callable [T, H] -> [T, H]) are added after finalize; with an
   asynchronous prepare/finalize they would run while the combine is in flight.
+- Host time matters at decode size (eager T=1 is host bound): what does not depend on
+  the call (whether the experts' output can alias the caller's, where the router weight
+  applies) is decided at construction, and the chunks run in one pinned launch block
+  (``launcher.pin_launch_state``: device, stream and triton's hook state read once per
+  forward, not per kernel launch).
 """
 from __future__ import annotations
 
@@ -54,6 +59,11 @@ class ModularKernel:
         self._ws: dict = {}          # declared buffers -> {name: tensor}; at most a few shapes
         self._last_ws = None         # (spec object, device, buffers) of the last call: host fast path
         self._wr = experts.weight_and_reduce()
+        self._alias_out = isinstance(self._wr, NoOpWeightAndReduce)
+        self._on_input = self.config.routing.apply_router_weight_on_input
+        # imported here, not at module level: importing fusedmoe must not import Triton
+        from ..kernels.launcher import pin_launch_state, unpin_launch_state
+        self._pin, self._unpin = pin_launch_state, unpin_launch_state
 
     # -------------------------------------------------------------------------------------
     def workspace_for(self, M: int, topk: int, device) -> dict:
@@ -91,27 +101,35 @@ class ModularKernel:
                              "call the monolithic kernel with router_logits")
         k = topk_ids.shape[1]
         out = torch.empty_like(x)                                            # [T, H]
-        wr = self._wr
-        alias_out = isinstance(wr, NoOpWeightAndReduce)
-        on_input = self.config.routing.apply_router_weight_on_input
+        device = x.device
         C = self.chunk_size
-        for s in range(0, T, C):
-            e = min(s + C, T)
+        token = self._pin()
+        try:
             if T <= C:      # one chunk (decode, most prefill): no views to build
-                xs, tw, ti, out_s = x, topk_weights, topk_ids, out
+                self._chunk(x, topk_weights, topk_ids, out, k, device, expert_map)
             else:
-                xs, tw, ti, out_s = x[s:e], topk_weights[s:e], topk_ids[s:e], out[s:e]
-            prep = self.prepare_finalize.prepare(xs, tw, ti, self.config, self.experts, expert_map)
-            ws = self.workspace_for(e - s, k, x.device)
-            if alias_out and ws["out"].shape == out_s.shape and ws["out"].dtype == out.dtype:
-                # experts that already weight and reduce write straight into the caller's
-                # output rows: no [T, H] copy in finalize (NoOp sees the same storage)
-                ws = dict(ws, out=out_s)
-            fused = self.experts.apply(prep, ws, expert_map)
-            self.prepare_finalize.finalize(out_s, fused, prep, wr, on_input)
+                for s in range(0, T, C):
+                    e = min(s + C, T)
+                    self._chunk(x[s:e], topk_weights[s:e], topk_ids[s:e], out[s:e], k, device, expert_map)
+        finally:
+            self._unpin(token)
         if self.shared_experts is not None:
             out.add_(self.shared_experts(x))
         return out
+
+    def _chunk(self, xs, tw, ti, out_s, k, device, expert_map) -> None:
+        """prepare -> experts -> finalize for one chunk of tokens, into ``out_s``."""
+        pf = self.prepare_finalize
+        prep = pf.prepare(xs, tw, ti, self.config, self.experts, expert_map)
+        ws = self.workspace_for(xs.shape[0], k, device)
+        if self._alias_out:
+            ws_out = ws["out"]
+            if ws_out.shape == out_s.shape and ws_out.dtype == out_s.dtype:
+                # experts that already weight and reduce write straight into the caller's
+                # output rows: no [T, H] copy in finalize (NoOp sees the same storage)
+                ws = dict(ws, out=out_s)
+        fused = self.experts.apply(prep, ws, expert_map)
+        pf.finalize(out_s, fused, prep, self._wr, self._on_input)
 
     def __repr__(self) -> str:
         return f"ModularKernel({self.prepare_finalize!r}, {self.experts!r}, chunk_size={self.chunk_size})"
