@@ -111,6 +111,8 @@ class TritonExperts(Experts):
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
         self.decode_pairs = decode_pairs(config, self.scheme.method != QuantMethod.NONE)  # env read once
+        from ..kernels.decode import decode_gemm1, decode_gemm2      # Triton only once built
+        self._decode_fns = (decode_gemm1, decode_gemm2)              # (a per-call import: ~0.7 us)
         self._specs: dict = {}
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
@@ -176,7 +178,7 @@ class TritonExperts(Experts):
                 and self.weights.a2_scale is None)
 
     def _apply_decode(self, prep, ws, expert_map):
-        from ..kernels.decode import decode_gemm1, decode_gemm2
+        decode_gemm1, decode_gemm2 = self._decode_fns
         c, w = self.config, self.weights
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if self._must_zero_h(expert_map):

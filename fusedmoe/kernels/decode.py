@@ -37,6 +37,7 @@ dependent launch of GEMM2 (griddepcontrol) was tried and measured: no gain (qwen
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -322,6 +323,13 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows >= 4 and esize == 2 else 4, PREFETCH=True)
 
 
+@functools.lru_cache(maxsize=1024)
+def _cached_config(*args) -> tuple:
+    """decode_config as a tuple, memoized: the wrappers call it per launch with few distinct
+    shapes (~1.3 us a call on the host of an eager decode forward)."""
+    return tuple(decode_config(*args).items())
+
+
 def _check_block_k(bk: int, quant: str, block_shape, quantize_a) -> None:
     if quant == "block":
         gk = block_shape[1]
@@ -387,8 +395,8 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
     if T == 0 or n_out == 0:
         return out
     if config is None:
-        config = decode_config(2 if gated else 1, T * k, n_out, K, w13.element_size(), _num_sms(x.device),
-                               block_shape[1] if quant == "block" else None)
+        config = dict(_cached_config(2 if gated else 1, T * k, n_out, K, w13.element_size(), _num_sms(x.device),
+                                     block_shape[1] if quant == "block" else None))
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
     _check_block_k(bk, quant, block_shape, quantize_a)
     ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, E)
@@ -427,8 +435,8 @@ def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk
         return out
     kp = next_power_of_2(k)
     if config is None:
-        config = decode_config(kp, T, H, K, w2.element_size(), _num_sms(h.device),
-                               block_shape[1] if quant == "block" else None)
+        config = dict(_cached_config(kp, T, H, K, w2.element_size(), _num_sms(h.device),
+                                     block_shape[1] if quant == "block" else None))
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
     _check_block_k(bk, quant, block_shape, quantize_a)
     ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, E)
