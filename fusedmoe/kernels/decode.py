@@ -19,7 +19,7 @@ the H100 at T=1 (qwen3-30b-a3b, deepseek-v3 tp8): align 3.5-5 us + GEMM1 + GEMM2
     weight rows, [R, BN, BK] per K step (GEMM1: R = gate and up of one pair; GEMM2: R =
     the token's k slots, so all k experts' loads are in flight together), multiplies them
     by the matching activation rows on the CUDA cores in fp32 and sums over BK.
-    Bandwidth, not math, is the limit: BK spans long contiguous weight rows (512 B - 1 KB
+    Bandwidth, not math, is the limit: BK spans long contiguous weight rows (256 B - 2 KB
     of each row per step), and the next step's loads are issued before this step's sum.
 Pairs that share an expert read its weights once per pair (the grouped path reads them
 once per expert), so this path is for T*k small against E; the backend picks it below a
@@ -28,12 +28,14 @@ pair count (see backends/triton.py) and the selection report says which path a T
 Quantized operands take the grouped kernels' conventions (grouped_gemm._scale_args):
 A_SCALE 0 none | 1 tensor [1] | 2 per row [M, 1] | 3 block [M, K/bk]; B_SCALE 0 none |
 1 per expert [E] | 2 per channel [E, N] | 3 block [E, N/bn, K/bk]. Block scales are
-applied per K tile (BLOCK_K must divide bk), the others once at the end. int8 x int8 sums
+applied per scale group inside each K tile (BLOCK_K a divisor or a multiple of bk), the
+others once at the end. int8 x int8 sums
 in int32 (exact), 8-bit weights with a 16-bit activation are upcast (weight-only).
 Config: dict(BLOCK_N, BLOCK_K, num_warps, PREFETCH); ``decode_config`` picks one from the
 shape. Measured on the H100 (benchmarks/decode_ab.py): docs/BENCHMARKS.md. Programmatic
-dependent launch of GEMM2 (griddepcontrol) was tried and measured: no gain (qwen3 T=1
-35.9 vs 36.1 us, deepseek tp8 41.2 vs 40.5), so it is not used.
+dependent launch of GEMM2 (griddepcontrol) was tried and measured with the first GEMM2
+(one slot at a time): no gain (qwen3 T=1 35.9 vs 36.1 us, deepseek tp8 41.2 vs 40.5), so
+it is not used.
 """
 from __future__ import annotations
 
@@ -297,9 +299,9 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
         slots, BN 4 x BK 256 x 8 slots = 78-81%, and 8-32 KB tiles are 2-20% slower;
       * BK leaves at most 1/8 of K as a masked tail (qwen3 GEMM2, K = 768: BK 256, 10.3 us;
         BK 512, 12.6 us);
-      * BN fills the 16 KB (and at most 8K elements), within [2, 32], and halves (down to 2) while there are fewer
-        than 3 programs per SM (fewer, longer programs leave SMs idle in the last wave;
-        qwen3 GEMM2: BN 4 = 512 programs, 10.3 us; BN 2, 11.1 us);
+      * BN fills the 16 KB (and at most 8K elements), within [2, 32], and halves (down to
+        2) while there are fewer than 3 programs per SM (fewer, longer programs leave SMs
+        idle in the last wave; qwen3 GEMM2: BN 4 = 512 programs, 10.3 us; BN 2, 11.1 us);
       * 8 warps for the k-slot tiles of GEMM2, 4 for GEMM1;
       * 8-bit weights (pre-quantized activations, fp8_channel qwen3 / fp8_block deepseek):
         BK at most K / 8 (but >= 256): qwen3 GEMM1 BN 8 x BK 256 11.8 us (71%) where one
