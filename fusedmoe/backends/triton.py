@@ -231,6 +231,14 @@ def _check(config: MoEConfig, quant, platform):
     return r
 
 
+def _extras(c: dict) -> str:
+    """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]'."""
+    out = " tma" if c.get("USE_TMA") else ""
+    if c.get("PERSISTENT"):
+        out += f" persistent{c['PERSISTENT']}" + (" flat" if c.get("FLATTEN") else "")
+    return out
+
+
 def _variants(config, quant, platform):
     try:
         lc = launch_configs(config, quant, platform)
@@ -244,11 +252,9 @@ def _variants(config, quant, platform):
                              "GEMM2 per (token, N tile) with the k-sum fused, no reduce")
             continue
         c1, c2 = lc.get(T)
-        tma = lambda c: (" tma" * bool(c.get("USE_TMA"))  # noqa: E731
-                         + f" persistent{c.get('PERSISTENT')}{' flat' * bool(c.get('FLATTEN'))}" * bool(c.get("PERSISTENT")))
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
-                         f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{tma(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
-                         f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{tma(c2)}")
+                         f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
+                         f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}")
     return out
 
 
