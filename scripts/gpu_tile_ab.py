@@ -1,0 +1,50 @@
+"""A/B of single launch-config entries of the shipped H100 bf16 files, through `fusedmoe bench`.
+
+    python3 scripts/gpu_tile_ab.py            (on the GPU, from the repo root)
+
+For each (preset, tp, T): the shipped file, then each variant (the entry's gemm1/gemm2 dict
+updated with the overrides) in a FUSEDMOE_CONFIG_DIR copy. Prints the triton graph µs and the
+% of roofline per variant. Why: the session-2 tuner's picks for a few prefill points were
+beaten by hand-picked neighbours (Mixtral T=16384 GEMM1, docs/BENCHMARKS.md).
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+CASES = [
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 tma", "gemm1", dict(USE_TMA=True)),
+                                              ("g1 gm16 s3 tma", "gemm1", dict(GROUP_SIZE_M=16, num_stages=3, USE_TMA=True))]),
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 gm16 s3", "gemm1", dict(GROUP_SIZE_M=16, num_stages=3))]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 gm16 s3", "gemm1", dict(GROUP_SIZE_M=16, num_stages=3))]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 gm8", "gemm1", dict(GROUP_SIZE_M=8)),
+                                              ("g1 gm16 s3", "gemm1", dict(GROUP_SIZE_M=16, num_stages=3))]),
+]
+
+
+def bench(model, tp, T, cfg_dir=None):
+    env = dict(os.environ)
+    env.pop("FUSEDMOE_CONFIG_DIR", None)
+    if cfg_dir:
+        env["FUSEDMOE_CONFIG_DIR"] = cfg_dir
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run([sys.executable, "-m", "fusedmoe", "bench", "--tokens", str(T), "--model", model, "--tp", str(tp),
+                        "--peers", "none", "--backend", "triton", "--json", f.name],
+                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=150)
+        r = [x for x in json.load(open(f.name))["results"] if x["impl"] == "triton"][0]
+    return r["us_graph"], r["pct_roofline"]
+
+
+for model, tp, T, prefix, variants in CASES:
+    src = glob.glob(f"fusedmoe/kernels/configs/{prefix}device_name=NVIDIA_H100_80GB_HBM3,dtype=bfloat16.json")[0]
+    us, pct = bench(model, tp, T)
+    print(f"{model} tp{tp} T={T} shipped: {us:9.1f} us {pct:5.1f}%", flush=True)
+    for label, gemm, over in variants:
+        d = json.load(open(src))
+        d[str(T)][gemm].update(over)
+        with tempfile.TemporaryDirectory() as td:
+            json.dump(d, open(os.path.join(td, os.path.basename(src)), "w"))
+            us, pct = bench(model, tp, T, td)
+        print(f"{model} tp{tp} T={T} {label:16s}: {us:9.1f} us {pct:5.1f}%  {over}", flush=True)
