@@ -368,6 +368,23 @@ def _map_args(topk_ids, expert_map, E):
     return ids, expert_map, expert_map.numel(), True
 
 
+def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape,
+           quantize_a, scale_pow2, config):
+    """What both wrappers compute before a launch: (config, the pointer / count / stride
+    arguments from the ids to the scale strides, the shared constexprs)."""
+    if config is None:
+        config = dict(_cached_config(rows, programs, n_out, K, w.element_size(), _num_sms(a.device),
+                                     block_shape[1] if quant == "block" else None))
+    _check_block_k(config["BLOCK_K"], quant, block_shape, quantize_a)
+    ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, w.shape[0])
+    scales, qflags = _quant_flags(quant, a, w, a_scale, b_scale, block_shape, quantize_a, scale_pow2)
+    sa, sb, sam, sak, sbe, sbn, sbk = scales
+    s_bias = bias.stride()[:2] if bias is not None else (0, 0)
+    consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
+                  BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
+    return config, (sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk), consts
+
+
 def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, activation: str,
                  out: Optional[torch.Tensor] = None, *, expert_map: Optional[torch.Tensor] = None,
                  bias: Optional[torch.Tensor] = None, swiglu_limit: Optional[float] = None,
@@ -388,7 +405,7 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
     the start of a cheaper version (quantize the row once per program into registers).
     """
     T, k = topk_ids.shape
-    E, N13, K = w13.shape
+    N13, K = w13.shape[1:]
     act = ACTIVATIONS[activation]
     gated = act <= 3
     n_out = N13 // 2 if gated else N13
@@ -396,23 +413,15 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
         out = torch.empty(T * k, n_out, dtype=_compute_dtype(x), device=x.device)   # [n, I]
     if T == 0 or n_out == 0:
         return out
-    if config is None:
-        config = dict(_cached_config(2 if gated else 1, T * k, n_out, K, w13.element_size(), _num_sms(x.device),
-                                     block_shape[1] if quant == "block" else None))
-    bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-    _check_block_k(bk, quant, block_shape, quantize_a)
-    ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, E)
-    scales, qflags = _quant_flags(quant, x, w13, a_scale, b_scale, block_shape, quantize_a, scale_pow2)
-    sa, sb, sam, sak, sbe, sbn, sbk = scales
-    s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
-    launch(_decode_gemm1_kernel, (cdiv(n_out, bn), T * k), (
+    config, (sa, sb, ids, emap), counts, strides, consts = _setup(
+        2 if gated else 1, T * k, n_out, K, x, w13, topk_ids, expert_map, bias, quant, a_scale, b_scale,
+        block_shape, quantize_a, scale_pow2, config)
+    launch(_decode_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), T * k), (
         x, w13, out, bias if bias is not None else x, sa, sb, ids, emap,
-        n_out, K, num_global, E,
-        *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2],
-        s_bias_e, s_bias_n, sam, sak, sbe, sbn, sbk,
+        n_out, K, *counts,
+        *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
-    ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, HAS_BIAS=bias is not None,
-            HAS_MAP=has_map, BLOCK_N=bn, BLOCK_K=bk, PREFETCH=bool(config.get("PREFETCH", True)), **qflags),
+    ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, **consts),
         num_warps=config.get("num_warps", 4))
     return out
 
@@ -430,29 +439,20 @@ def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk
     ``decode_gemm1`` (h is then 16-bit and requantized in the kernel).
     """
     T, k = topk_ids.shape
-    E, H, K = w2.shape
+    H, K = w2.shape[1:]
     if out is None:
         out = torch.empty(T, H, dtype=_compute_dtype(h), device=h.device)           # [T, H]
     if T == 0:
         return out
     kp = next_power_of_2(k)
-    if config is None:
-        config = dict(_cached_config(kp, T, H, K, w2.element_size(), _num_sms(h.device),
-                                     block_shape[1] if quant == "block" else None))
-    bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-    _check_block_k(bk, quant, block_shape, quantize_a)
-    ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, E)
-    scales, qflags = _quant_flags(quant, h, w2, a_scale, b_scale, block_shape, quantize_a, scale_pow2)
-    sa, sb, sam, sak, sbe, sbn, sbk = scales
-    s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
-    launch(_decode_gemm2_kernel, (cdiv(H, bn), T), (
+    config, (sa, sb, ids, emap), counts, strides, consts = _setup(
+        kp, T, H, K, h, w2, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape, quantize_a,
+        scale_pow2, config)
+    launch(_decode_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), T), (
         h, w2, out, bias if bias is not None else h, sa, sb, topk_weights, ids, emap,
-        H, K, num_global, E,
-        *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2],
-        s_bias_e, s_bias_n, sam, sak, sbe, sbn, sbk,
-    ), dict(TOP_K=k, KP=kp, HAS_BIAS=bias is not None, HAS_MAP=has_map, MUL_W=mul_routed_weight,
-            BLOCK_N=bn, BLOCK_K=bk, PREFETCH=bool(config.get("PREFETCH", True)), **qflags),
-        num_warps=config.get("num_warps", 4))
+        H, K, *counts,
+        *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
+    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, **consts), num_warps=config.get("num_warps", 4))
     return out
 
 
