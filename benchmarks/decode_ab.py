@@ -2,6 +2,8 @@
 
     python3 benchmarks/decode_ab.py --out $OUT/decode_ab.json [--quick]
 
+B. The layer's decode path with and without PDL (GEMM2 a programmatic dependent launch of
+   GEMM1, FUSEDMOE_DECODE_PDL) at T = 1, 2: graph and eager µs, alternating rounds.
 A. T=1, bf16, each decode kernel alone (CUDA-graph replay over rotating input sets, so L2
    does not hold the weights): BLOCK_N x BLOCK_K x num_warps x PREFETCH, GB/s of the
    weights read, and decode_config's choice.
@@ -105,11 +107,40 @@ def layer_ab(name, tp, scheme, bw, tokens):
     return rows
 
 
+def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
+    """Section B: the layer's decode path with GEMM2 as a programmatic dependent launch of
+    GEMM1 (FUSEDMOE_DECODE_PDL=1) or not (=0); rounds alternate the two, best of each."""
+    cfg = get_preset(name).to_config(tp=tp)
+    w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+    per_expert = hz.expert_bytes(cfg.hidden_size, cfg.intermediate_size, scheme)
+    rows = []
+    for T in tokens:
+        sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=0)
+        roof = hz.moe_bytes(T, cfg.hidden_size, sets.experts_hit, per_expert) / (bw * 1e9) * 1e6
+        best = {}
+        for _ in range(rounds):
+            for pdl in ("0", "1"):
+                os.environ["FUSEDMOE_DECODE_PDL"] = pdl
+                pe = prepare_experts(cfg, w, "triton")
+                assert pe.kernel.experts.pdl == (pdl == "1" and torch.cuda.get_device_capability()[0] >= 9)
+                chk = hz.check_against(pe, hz.make_check_case(cfg, w, T, "cuda"))
+                t = hz.time_impl(pe, sets, graph=True, eager=True)
+                b = best.setdefault(pdl, dict(us_graph=t.us_graph, us_eager=t.us_eager, ok=chk.ok))
+                b["us_graph"] = min(b["us_graph"], t.us_graph)
+                b["us_eager"] = min(b["us_eager"], t.us_eager)
+                b["ok"] = b["ok"] and chk.ok
+        os.environ.pop("FUSEDMOE_DECODE_PDL", None)
+        for pdl, b in best.items():
+            rows.append(dict(model=name, tp=tp, scheme=scheme, T=T, pdl=pdl == "1", roof_us=roof,
+                             pct=100 * roof / b["us_graph"], **b))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_ab.json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,C")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C")
     ap.add_argument("--schemes", default="none,fp8_channel,fp8_block", help="schemes of both sections")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
@@ -135,6 +166,18 @@ def main():
                       f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
         del w
         torch.cuda.empty_cache()
+    if "B" not in skip:
+        res["B"] = []
+        cases = [(n, tp, "none") for n, tp in SHAPES] + [("qwen3-30b-a3b", 1, "fp8_channel"),
+                                                          ("deepseek-v3", 8, "fp8_block")]
+        for name, tp, scheme in [c for c in cases if c[2] in want]:
+            rows = pdl_ab(name, tp, scheme, bw, (1,) if a.quick else (1, 2))
+            res["B"] += rows
+            for r in rows:
+                print(f"B {name:14s} {scheme:11s} T={r['T']:<3d} pdl={int(r['pdl'])} graph {r['us_graph']:7.2f} "
+                      f"eager {r['us_eager']:7.1f} us  roof {r['roof_us']:6.1f}  {r['pct']:5.1f}%  ok={r['ok']}",
+                      flush=True)
+            torch.cuda.empty_cache()
     if "C" not in skip:
         cases = [(n, tp, "none") for n, tp in SHAPES] + [("qwen3-30b-a3b", 1, "fp8_channel"),
                                                           ("deepseek-v3", 8, "fp8_block")]

@@ -17,6 +17,8 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | serve T*k <= this many pairs; 0 turns them off (default:      |
 |                             | max(k, E // 4) for E local experts, E // 16 for W8A8; see    |
 |                             | backends/triton.py)                                           |
+| FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
+|                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ
@@ -31,7 +33,8 @@ from .errors import ConfigError
 DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
-             "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS")
+             "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
+             "FUSEDMOE_DECODE_PDL")
 
 
 def backend() -> str | None:
@@ -80,6 +83,11 @@ def fast_launch() -> bool:
 def decode_pairs() -> int | None:
     """FUSEDMOE_DECODE_PAIRS as an int (None when unset: the backend's own rule)."""
     return _int_var("FUSEDMOE_DECODE_PAIRS", 0, "an integer >= 0 (0: no decode kernels)", "16")
+
+
+def decode_pdl() -> bool:
+    """False when FUSEDMOE_DECODE_PDL is 0/false (on by default where the device has it)."""
+    return os.environ.get("FUSEDMOE_DECODE_PDL", "1").strip() not in ("0", "false", "False")
 
 
 def log_level() -> str:

@@ -7,6 +7,8 @@
 #                                      at decode, per-stage times of bf16 / fp8 prefill
 #   scripts/gpu_run.sh decode          decode kernels: their GPU tests, then benchmarks/decode_ab.py
 #                                      (tile sweep, PDL, decode vs grouped path per T)
+#   scripts/gpu_run.sh eager           host time of an eager decode forward, real launches
+#                                      (benchmarks/host_overhead.py --real), T=1, the three presets
 #   scripts/gpu_run.sh report [--w8a8] the four runs of docs/BENCHMARKS.md (bf16 with peers, W8A8;
 #                                      --w8a8: only the W8A8 two), in $OUT/report.tar
 #   scripts/gpu_run.sh all             test + the 16-bit benchmark of docs/BENCHMARKS.md
@@ -47,6 +49,10 @@ case "$stage" in
         timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_decode.py \
           tests/test_backends.py -k "decode or cuda_bf16" 2>&1 | tee "$OUT/decode_tests.log" | tail -15
         timeout 420 python3 benchmarks/decode_ab.py --out "$OUT/decode_ab.json" "$@" 2>&1 | tee "$OUT/decode_ab.txt" ;;
+  eager) env_info
+        for m in qwen3-30b-a3b deepseek-v3:8 mixtral-8x7b; do
+          timeout 120 python3 benchmarks/host_overhead.py --real --model $m --iters 3000 2>&1 | tee -a "$OUT/eager.txt"
+        done ;;
   report) env_info
         T=1,16,64,256,1024,4096,16384
         if [ "${1:-}" != "--w8a8" ]; then

@@ -355,6 +355,50 @@ def test_kernel_level_refusals(fast):
     assert "backend" in launcher.stats(fk)["disabled"]
 
 
+def test_bound_relaunches_with_new_slot_tensors(fast):
+    """launcher.bind: repeats go straight to the binary triton would pick (the fake checks the
+    specialization of what it receives), with this call's tensors in the slots; whatever
+    could specialize differently, or a reset / hook / kill switch, goes through ``launch``."""
+    fk = _FakeJIT(_toy)
+    x, y, z = torch.zeros(64), torch.ones(64), torch.full((64,), 2.0)
+    ce = dict(BLOCK=16, MODE=0)
+    b = launcher.bind(fk, (2,), _args(x, opt=x), ce, num_warps=4, slots=(0, 7))   # x_ptr, opt_ptr
+    assert fk.calls[-1][0] == "normal"
+
+    def step(*values):
+        hits, n = launcher.stats(fk)["hits"], len(fk.calls)
+        b(*values)
+        assert len(fk.calls) == n + 1
+        path, _, grid, _, got = fk.calls[-1]
+        assert got[0] is values[0] and got[7] is values[1] and got[1] is x and grid[0] == 2
+        return "bound" if launcher.stats(fk)["hits"] == hits and path == "direct" else path
+
+    assert step(y, z) == "direct"                  # launch's first direct launch verifies the entry
+    assert [step(z, y), step(y, y)] == ["bound", "bound"]
+    assert step(y[1:], y) == "normal"               # unaligned slot: its own binary, via launch
+    assert step(y, z) == "direct" and step(y, z) == "bound"
+    assert step(y.half(), z) == "normal"            # another dtype
+    assert step(y, z.double()) == "normal"
+    assert [step(y, z), step(z, y)] == ["direct", "bound"]
+    launcher.reset()                                 # forgets every entry: back through launch
+    assert [step(y, z), step(y, z), step(y, z)] == ["normal", "direct", "bound"]
+    hook = lambda metadata: None                     # noqa: E731
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):                        # a profiler: triton must run its hooks
+        chain.add(hook)
+        try:
+            assert step(y, z) == "normal"
+        finally:
+            chain.remove(hook)
+        assert [step(y, z), step(y, z)] == ["direct", "bound"]
+    fast.setattr(launcher, "_device_stream", lambda: (1, 7))               # another device
+    assert step(y, z) == "normal"
+    fast.setenv("FUSEDMOE_FAST_LAUNCH", "0")
+    fast.setattr(launcher, "_device_stream", lambda: (0, 7))
+    launcher.reset()
+    assert [step(y, z), step(y, z)] == ["normal", "normal"]
+
+
 def test_cache_is_bounded(fast):
     fast.setattr(launcher, "MAX_ENTRIES", 4)
     fk = _FakeJIT(_toy)
@@ -520,3 +564,43 @@ def test_gpu_fast_path_other_layouts(monkeypatch):
         torch.testing.assert_close(out[1], ref[1])     # atomic adds: order not guaranteed
     assert launcher.stats(al._align_scatter_kernel)["hits"] >= 2
     assert launcher.stats(gg._moe_gemm_kernel)["hits"] >= 8
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scheme", ["none", "fp8_channel"])
+@pytest.mark.parametrize("ep", [False, True])
+def test_gpu_bound_decode_forward_bitwise(scheme, ep, monkeypatch):
+    """The triton backend's decode path binds its two launches (launcher.Bound): repeated
+    calls with fresh inputs, an unaligned x, and an expert map (EP rank 1 of 2) equal the
+    normal path bitwise, and the repeats do not go through ``launch``."""
+    from fusedmoe import FusedMoE, MoEConfig, ParallelConfig, quantize_experts
+    from fusedmoe.kernels import decode as dk
+    from fusedmoe.weights import ExpertWeights
+    T, E, H, I, k = 1, 16, 256, 128, 4
+    par = ParallelConfig(ep_size=2, ep_rank=1) if ep else ParallelConfig()
+    cfg = MoEConfig(E, k, H, I, dtype="bfloat16", parallel=par)
+    El = E // 2 if ep else E
+    _, w13, w2, _, _ = _moe_inputs(T, E=El, H=H, I=I, k=k)
+    weights = ExpertWeights(w13, w2)
+    if scheme != "none":
+        weights = quantize_experts(weights, scheme)
+    layer = FusedMoE(cfg, weights, backend="triton")
+    calls = []
+    for seed in range(5):
+        x, _, _, tw, ids = _moe_inputs(T, E=E, H=H, I=I, k=k, seed=seed + 1)
+        calls.append((x, tw, ids))
+    big = torch.empty(T * H + 1, device="cuda", dtype=torch.bfloat16)
+    xu = big[1:].view(T, H)                                  # unaligned: its own binary
+    xu.copy_(calls[0][0])
+    calls += [(xu, calls[0][1], calls[0][2]), calls[1]]
+    run = lambda: [layer.prepared(*c).clone() for c in calls]   # noqa: E731
+    ref = _normal_path(monkeypatch, run)
+    assert launcher.fast_path_enabled()
+    first = run()                                            # binds (through launch), then repeats
+    hits = launcher.stats(dk._decode_gemm2_kernel)["hits"]
+    second = run()
+    for o, r in zip(first + second, ref + ref):
+        assert torch.equal(o, r)
+    st = launcher.stats(dk._decode_gemm2_kernel)
+    assert st["disabled"] is None
+    assert st["hits"] == hits, "GEMM2's repeats (no argument changes alignment) went through launch"

@@ -59,6 +59,15 @@ def decode_pairs(config: MoEConfig, quantized: bool = False) -> int:
     return v if v is not None else max(config.top_k, config.num_local_experts // (16 if quantized else 4))
 
 
+def decode_pdl_ok(platform) -> bool:
+    """Programmatic dependent launch for the decode GEMM2: CUDA sm90+, a Triton with
+    griddepcontrol, FUSEDMOE_DECODE_PDL not 0 (read once, at construction)."""
+    if platform.kind != "cuda" or platform.sm < 90 or not env.decode_pdl():
+        return False
+    from ..kernels.decode import HAS_GDC
+    return HAS_GDC
+
+
 def deinterleave_rows(t: torch.Tensor) -> torch.Tensor:
     """[E, 2I, ...] with rows g0,u0,g1,u1,... -> [E, 2I, ...] with rows g0..gI-1, u0..uI-1."""
     return torch.cat([t[:, 0::2], t[:, 1::2]], dim=1).contiguous()
@@ -111,8 +120,10 @@ class TritonExperts(Experts):
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
         self.decode_pairs = decode_pairs(config, self.scheme.method != QuantMethod.NONE)  # env read once
-        from ..kernels.decode import decode_gemm1, decode_gemm2      # Triton only once built
-        self._decode_fns = (decode_gemm1, decode_gemm2)              # (a per-call import: ~0.7 us)
+        self._plans: dict = {}      # decode: shape key -> the two bound launches (_apply_decode)
+        # decode GEMM2 as a programmatic dependent launch of GEMM1 (sm90+): its programs
+        # load their first weight tile while GEMM1 finishes (kernels/decode.py gemm2_launch)
+        self.pdl = decode_pdl_ok(platform)
         self._specs: dict = {}
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
@@ -178,19 +189,56 @@ class TritonExperts(Experts):
                 and self.weights.a2_scale is None)
 
     def _apply_decode(self, prep, ws, expert_map):
-        decode_gemm1, decode_gemm2 = self._decode_fns
+        """The two decode launches. The first call per shape builds them (kernels/decode.py
+        gemm1_launch / gemm2_launch) and binds them (launcher.Bound); later calls only put
+        this call's tensors into their slots: a decode forward's host time is mostly this
+        Python (docs/BENCHMARKS.md, eager)."""
+        ids = prep.topk_ids
+        x, x_scale = self._quant(prep.a1q, self.weights.a13_scale)
+        h, out = ws["h"], ws["out"]
+        key = (ids.shape, x.stride(), out.stride(), None if expert_map is None else expert_map.shape,
+               x_scale is None)
+        plan = self._plans.get(key)
+        if self._must_zero_h(expert_map):
+            h.zero_()
+        flat = ids.view(-1)
+        emap = flat if expert_map is None else expert_map
+        if plan is None:
+            return self._bind_decode(key, x, x_scale, ids, prep.topk_weights, h, out, expert_map)
+        b1, b2 = plan
+        if x_scale is None:
+            b1(x, h, flat, emap)
+        else:
+            b1(x, h, flat, emap, x_scale)
+        hq, h_scale = self._quant(h, self.weights.a2_scale)
+        if h_scale is None:
+            b2(hq, out, prep.topk_weights, flat, emap)
+        else:
+            b2(hq, out, prep.topk_weights, flat, emap, h_scale)
+        return out
+
+    def _bind_decode(self, key, x, x_scale, ids, tw, h, out, expert_map):
+        from ..kernels.decode import GEMM1_SLOTS as S1, GEMM2_SLOTS as S2, gemm1_launch, gemm2_launch
+        from ..kernels.launcher import bind
         c, w = self.config, self.weights
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
-        if self._must_zero_h(expert_map):
-            ws["h"].zero_()
-        x, x_scale = self._quant(prep.a1q, w.a13_scale)
-        h = decode_gemm1(x, w.w13, prep.topk_ids, c.activation.value, ws["h"], expert_map=expert_map,
-                         bias=w.w13_bias, swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha,
-                         limit=c.swigluoai_limit, a_scale=x_scale, b_scale=w.w13_scale, **q)
-        h, h_scale = self._quant(h, w.a2_scale)
-        return decode_gemm2(h, w.w2, prep.topk_ids, prep.topk_weights, ws["out"], expert_map=expert_map,
+        names = ("out", "ids", "map")
+        spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
+                            swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
+                            a_scale=x_scale, b_scale=w.w13_scale, pdl=self.pdl, **q)
+        slots = [S1[n] for n in ("x",) + names + (("a_scale",) if x_scale is not None else ())]
+        b1 = bind(*spec, slots=slots)
+        hq, h_scale = self._quant(h, w.a2_scale)
+        spec = gemm2_launch(hq, w.w2, ids, tw, out, expert_map=expert_map,
                             mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
-                            a_scale=h_scale, b_scale=w.w2_scale, **q)
+                            a_scale=h_scale, b_scale=w.w2_scale, pdl=self.pdl, **q)
+        slots = [S2[n] for n in ("h", "out", "topk_weights", "ids", "map")
+                 + (("a_scale",) if h_scale is not None else ())]
+        b2 = bind(*spec, slots=slots)
+        if len(self._plans) >= 16:
+            self._plans.clear()
+        self._plans[key] = (b1, b2)
+        return out
 
     def _apply_grouped(self, prep, ws, expert_map):
         from ..kernels.align import AlignResult, align_block_size

@@ -50,6 +50,13 @@ from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _s
 from .launcher import cdiv, launch, next_power_of_2
 from .quantize import _abs_bits, _quantize, _scale_from_amax_bits
 
+try:  # grid dependency control (programmatic dependent launch, sm90+)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    HAS_GDC = True
+except ImportError:  # pragma: no cover - traced only with PDL on, which needs them
+    HAS_GDC = False
+    gdc_launch_dependents = gdc_wait = None
+
 @triton.jit
 def _local_experts(ids_ptr, map_ptr, s, ok, num_global, E, HAS_MAP: tl.constexpr):
     """Local expert of each pair in ``s`` ([R]), -1 where ``ok`` is False, expert_map drops
@@ -63,14 +70,24 @@ def _local_experts(ids_ptr, map_ptr, s, ok, num_global, E, HAS_MAP: tl.constexpr
 
 
 @triton.jit
-def _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr):
-    """a [R, BK] of the activation rows and w [R, BN, BK] of the weight rows at K offset k0;
-    columns at or past a row's k_lim read as 0 and move no memory."""
+def _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K: tl.constexpr):
+    """a [R, BK] of the activation rows at K offset k0 (columns at or past a row's k_lim
+    read as 0 and move no memory)."""
     kk = k0 + tl.arange(0, BLOCK_K)
-    k_ok = kk[None, :] < k_lim[:, None]                                                     # [R, BK]
-    a = tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=k_ok, other=0.0)
-    w = tl.load(w_rows[:, :, None] + kk[None, None, :] * stride_wk, mask=k_ok[:, None, :], other=0.0)
-    return a, w
+    return tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=kk[None, :] < k_lim[:, None], other=0.0)
+
+
+@triton.jit
+def _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr):
+    """w [R, BN, BK] of the weight rows at K offset k0, masked as ``_load_a``."""
+    kk = k0 + tl.arange(0, BLOCK_K)
+    return tl.load(w_rows[:, :, None] + kk[None, None, :] * stride_wk,
+                   mask=(kk[None, :] < k_lim[:, None])[:, None, :], other=0.0)
+
+
+@triton.jit
+def _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr):
+    return _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K), _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K)
 
 
 @triton.jit
@@ -153,7 +170,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
               QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
               BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              PREFETCH: tl.constexpr):
+              PREFETCH: tl.constexpr, WAIT: tl.constexpr = False):
     """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
     each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
     or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
@@ -161,7 +178,12 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
 
     PREFETCH issues the next K tile's loads before reducing the current one: two tiles in
     flight per program (plain loads are not software-pipelined the way tl.dot operands are).
+    WAIT (programmatic dependent launch): the activations are the previous kernel's output,
+    the weights are not; the first weight tile is loaded, then the program waits for the
+    previous grid (griddepcontrol.wait), then reads the activations.
     """
+    if WAIT and not PREFETCH:
+        gdc_wait()
     if QA == 1:
         sa_tok = _row_scales(a_rows, stride_ak, K, k_lim, QMAX, R, BLOCK_K)
     else:
@@ -171,7 +193,12 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
     else:
         acc = tl.zeros((R, BLOCK_N), dtype=tl.float32)
     if PREFETCH:
-        a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, 0, k_lim, BLOCK_K)
+        if WAIT:
+            w_nx = _load_w(w_rows, stride_wk, 0, k_lim, BLOCK_K)
+            gdc_wait()
+            a_nx = _load_a(a_rows, stride_ak, 0, k_lim, BLOCK_K)
+        else:
+            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, 0, k_lim, BLOCK_K)
         for k0 in range(0, K, BLOCK_K):
             a, w = a_nx, w_nx
             a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + BLOCK_K, k_lim, BLOCK_K)
@@ -216,8 +243,12 @@ def _decode_gemm1_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
-    """One program: pair s, N tile pid_n; R = 2 weight row groups (gate, up) or 1."""
+    """One program: pair s, N tile pid_n; R = 2 weight row groups (gate, up) or 1. PDL: let
+    a programmatic dependent (GEMM2) launch as soon as every program of this grid runs."""
+    if PDL:
+        gdc_launch_dependents()
     R: tl.constexpr = 2 if GATED else 1
     pid_n = tl.program_id(0)
     s = tl.program_id(1).to(tl.int64)
@@ -255,9 +286,12 @@ def _decode_gemm2_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """One program: token t, N tile pid_n, all k slots at once as R = KP (k rounded up to a
-    power of two) weight row groups, then a fixed-order sum over the slots."""
+    power of two) weight row groups, then a fixed-order sum over the slots. PDL: launched
+    as a programmatic dependent of the kernel that wrote h; reads ids and the first weight
+    tile, then waits for that kernel (``_rows_dot`` WAIT)."""
     pid_n = tl.program_id(0)
     t = tl.program_id(1).to(tl.int64)
     j = tl.arange(0, KP)
@@ -275,7 +309,7 @@ def _decode_gemm2_kernel(
                             stride_wk, K, tl.where(keep, K, 0), as_rows, stride_ask,
                             bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
                             A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                            KP, BLOCK_N, BLOCK_K, PREFETCH)
+                            KP, BLOCK_N, BLOCK_K, PREFETCH, PDL)
     acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
                     A_SCALE, B_SCALE, HAS_BIAS, QA)
     if MUL_W:
@@ -379,6 +413,12 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
     ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, w.shape[0])
     scales, qflags = _quant_flags(quant, a, w, a_scale, b_scale, block_shape, quantize_a, scale_pow2)
     sa, sb, sam, sak, sbe, sbn, sbk = scales
+    # unused pointer arguments point at the weights (fixed), not at the per-call tensors: a
+    # repeated launch (launcher.Bound) then changes only the activations, ids and outputs
+    if a_scale is None:
+        sa = w
+    if b_scale is None:
+        sb = w
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
                   BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
@@ -391,7 +431,7 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
                  alpha: float = 1.702, limit: float = 7.0, quant: str = "none",
                  a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
                  block_shape: Optional[tuple] = None, config: Optional[dict] = None,
-                 quantize_a: Optional[str] = None, scale_pow2: bool = False) -> torch.Tensor:
+                 quantize_a: Optional[str] = None, scale_pow2: bool = False, pdl: bool = False) -> torch.Tensor:
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) per pair s (rows of dropped pairs unwritten).
 
     Same operands and conventions as ``grouped_gemm.gemm1_act`` (halves layout, quantized
@@ -405,25 +445,47 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
     the start of a cheaper version (quantize the row once per program into registers).
     """
     T, k = topk_ids.shape
-    N13, K = w13.shape[1:]
-    act = ACTIVATIONS[activation]
-    gated = act <= 3
-    n_out = N13 // 2 if gated else N13
+    N13 = w13.shape[1]
+    n_out = N13 // 2 if ACTIVATIONS[activation] <= 3 else N13
     if out is None:
         out = torch.empty(T * k, n_out, dtype=_compute_dtype(x), device=x.device)   # [n, I]
     if T == 0 or n_out == 0:
         return out
+    launch(*gemm1_launch(x, w13, topk_ids, activation, out, expert_map=expert_map, bias=bias,
+                         swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=a_scale,
+                         b_scale=b_scale, block_shape=block_shape, config=config, quantize_a=quantize_a,
+                         scale_pow2=scale_pow2, pdl=pdl))
+    return out
+
+
+# positions of the per-call tensors in the launch arguments (launcher.Bound slots)
+GEMM1_SLOTS = dict(x=0, out=2, a_scale=4, ids=6, map=7)
+GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
+
+
+def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=None, swiglu_limit=None,
+                 alpha=1.702, limit=7.0, quant="none", a_scale=None, b_scale=None, block_shape=None,
+                 config=None, quantize_a=None, scale_pow2=False, pdl=False) -> tuple:
+    """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of
+    ``decode_gemm1``'s launch (T > 0, out given): for ``launch(*spec)`` or
+    ``launcher.bind(*spec, slots=...)`` (GEMM1_SLOTS; ``topk_ids.view(-1)`` is the ids slot,
+    and the map slot when ``expert_map`` is None). ``pdl``: let the next kernel, launched
+    with ``pdl`` (``gemm2_launch``), start before this one ends (sm90+)."""
+    T, k = topk_ids.shape
+    N13, K = w13.shape[1:]
+    act = ACTIVATIONS[activation]
+    gated = act <= 3
+    n_out = N13 // 2 if gated else N13
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         2 if gated else 1, T * k, n_out, K, x, w13, topk_ids, expert_map, bias, quant, a_scale, b_scale,
         block_shape, quantize_a, scale_pow2, config)
-    launch(_decode_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), T * k), (
-        x, w13, out, bias if bias is not None else x, sa, sb, ids, emap,
+    return (_decode_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), T * k), (
+        x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap,
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
-    ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, **consts),
-        num_warps=config.get("num_warps", 4))
-    return out
+    ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, PDL=pdl, **consts),
+        config.get("num_warps", 4), None, False)
 
 
 def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
@@ -431,38 +493,54 @@ def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk
                  mul_routed_weight: bool = True, bias: Optional[torch.Tensor] = None, quant: str = "none",
                  a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
                  block_shape: Optional[tuple] = None, config: Optional[dict] = None,
-                 quantize_a: Optional[str] = None, scale_pow2: bool = False) -> torch.Tensor:
+                 quantize_a: Optional[str] = None, scale_pow2: bool = False, pdl: bool = False) -> torch.Tensor:
     """out [T, H] = sum_j topk_weights[t, j] * (h[t*k+j] @ w2[e]^T + bias[e]) over kept slots.
 
     The reduction over k happens in the program (fixed order, no workspace); tokens with no
     kept slot get zeros. Operands as ``grouped_gemm.gemm2``; ``quantize_a`` as in
     ``decode_gemm1`` (h is then 16-bit and requantized in the kernel).
     """
-    T, k = topk_ids.shape
-    H, K = w2.shape[1:]
+    T = topk_ids.shape[0]
     if out is None:
-        out = torch.empty(T, H, dtype=_compute_dtype(h), device=h.device)           # [T, H]
+        out = torch.empty(T, w2.shape[1], dtype=_compute_dtype(h), device=h.device)   # [T, H]
     if T == 0:
         return out
+    launch(*gemm2_launch(h, w2, topk_ids, topk_weights, out, expert_map=expert_map,
+                         mul_routed_weight=mul_routed_weight, bias=bias, quant=quant, a_scale=a_scale,
+                         b_scale=b_scale, block_shape=block_shape, config=config, quantize_a=quantize_a,
+                         scale_pow2=scale_pow2, pdl=pdl))
+    return out
+
+
+def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_routed_weight=True, bias=None,
+                 quant="none", a_scale=None, b_scale=None, block_shape=None, config=None, quantize_a=None,
+                 scale_pow2=False, pdl=False) -> tuple:
+    """``decode_gemm2``'s launch as in ``gemm1_launch`` (slots: GEMM2_SLOTS). ``pdl``: a
+    programmatic dependent launch (sm90+): the programs start while the kernel that writes h
+    (the GEMM1 of ``gemm1_launch(pdl=True)``, or any kernel) still runs, load their ids and
+    first weight tile, and wait for it before reading h."""
+    assert not (pdl and quantize_a is not None), "PDL: h is read after the wait; quantize_a reads it before"
+    T, k = topk_ids.shape
+    H, K = w2.shape[1:]
     kp = next_power_of_2(k)
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         kp, T, H, K, h, w2, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape, quantize_a,
         scale_pow2, config)
-    launch(_decode_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), T), (
-        h, w2, out, bias if bias is not None else h, sa, sb, topk_weights, ids, emap,
+    return (_decode_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), T), (
+        h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
-    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, **consts), num_warps=config.get("num_warps", 4))
-    return out
+    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, **consts), config.get("num_warps", 4), None, pdl)
 
 
 def decode_forward(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                    topk_ids: torch.Tensor, activation: str = "silu", *, expert_map=None, w13_bias=None,
                    w2_bias=None, swiglu_limit=None, alpha: float = 1.702, limit: float = 7.0,
                    out: Optional[torch.Tensor] = None, config1: Optional[dict] = None,
-                   config2: Optional[dict] = None) -> torch.Tensor:
-    """decode_gemm1 -> decode_gemm2 for 16-bit / fp32 weights: out [T, H] in x's dtype."""
+                   config2: Optional[dict] = None, pdl: bool = False) -> torch.Tensor:
+    """decode_gemm1 -> decode_gemm2 for 16-bit / fp32 weights: out [T, H] in x's dtype.
+    ``pdl``: GEMM2 as a programmatic dependent launch of GEMM1 (sm90+, see gemm2_launch)."""
     h = decode_gemm1(x, w13, topk_ids, activation, expert_map=expert_map, bias=w13_bias,
-                     swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, config=config1)
+                     swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, config=config1, pdl=pdl)
     return decode_gemm2(h, w2, topk_ids, topk_weights, out, expert_map=expert_map, bias=w2_bias,
-                        config=config2)
+                        config=config2, pdl=pdl)
