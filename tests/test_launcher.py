@@ -581,9 +581,7 @@ def test_gpu_bound_decode_forward_bitwise(scheme, ep, monkeypatch):
     cfg = MoEConfig(E, k, H, I, dtype="bfloat16", parallel=par)
     El = E // 2 if ep else E
     _, w13, w2, _, _ = _moe_inputs(T, E=El, H=H, I=I, k=k)
-    weights = ExpertWeights(w13, w2)
-    if scheme != "none":
-        weights = quantize_experts(weights, scheme)
+    weights = ExpertWeights(w13, w2) if scheme == "none" else quantize_experts(w13, w2, scheme)
     layer = FusedMoE(cfg, weights, backend="triton")
     calls = []
     for seed in range(5):

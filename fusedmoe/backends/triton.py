@@ -2,7 +2,9 @@
 
 Two paths, chosen per call by the pair count T*k (the selection report lists them per T):
   decode  (T*k <= max(k, E // 4) or, W8A8, max(k, E // 16); FUSEDMOE_DECODE_PAIRS overrides):
-          kernels/decode.py, two launches:
+          kernels/decode.py, two launches (16-bit on sm90+: GEMM2 a programmatic dependent
+          launch of GEMM1, FUSEDMOE_DECODE_PDL; both bound per shape, launcher.Bound, and
+          served through ModularKernel's ``direct`` hook: little host time per eager call):
           GEMM1 per (pair, N tile) reading the expert ids itself (no align), and GEMM2 per
           (token, N tile) summing the token's k slots in a fixed order (no reduce kernel,
           deterministic). Below the bound most pairs hit distinct experts, so reading
@@ -122,8 +124,11 @@ class TritonExperts(Experts):
         self.decode_pairs = decode_pairs(config, self.scheme.method != QuantMethod.NONE)  # env read once
         self._plans: dict = {}      # decode: shape key -> the two bound launches (_apply_decode)
         # decode GEMM2 as a programmatic dependent launch of GEMM1 (sm90+): its programs
-        # load their first weight tile while GEMM1 finishes (kernels/decode.py gemm2_launch)
-        self.pdl = decode_pdl_ok(platform)
+        # load their first weight tile while GEMM1 finishes (kernels/decode.py gemm2_launch).
+        # H100, T=1, graphs: qwen3 29.3 -> 27.5 us, deepseek tp8 34.8 -> 33.3, Mixtral 230.0
+        # -> 228.5. Not for W8A8: the requantization kernel sits between the GEMMs (measured
+        # +0.5 us at T=1 for fp8_channel qwen3 and fp8_block deepseek)
+        self.pdl = decode_pdl_ok(platform) and not self.quantized
         self._specs: dict = {}
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
@@ -189,32 +194,45 @@ class TritonExperts(Experts):
                 and self.weights.a2_scale is None)
 
     def _apply_decode(self, prep, ws, expert_map):
+        return self._decode(prep.a1q, prep.topk_weights, prep.topk_ids, ws["h"], ws["out"], expert_map)
+
+    def direct(self, x, topk_weights, topk_ids, expert_map):
+        """The whole forward of a decode-size call (ModularKernel's ``direct`` hook: prepare
+        and finalize have nothing to do for this backend), None for the grouped path. h is
+        kept per shape with the bound launches."""
+        T, k = topk_ids.shape
+        if T * k > self.decode_pairs:
+            return None
+        plan = self._plans.get((topk_ids.shape, x.stride(), None if expert_map is None else expert_map.shape))
+        h = plan[2] if plan is not None else None
+        if h is None or h.device != x.device:
+            h = torch.empty(T * k, self.config.intermediate_size, dtype=x.dtype, device=x.device)
+        return self._decode(x, topk_weights, topk_ids, h, torch.empty_like(x), expert_map)
+
+    def _decode(self, x, tw, ids, h, out, expert_map):
         """The two decode launches. The first call per shape builds them (kernels/decode.py
         gemm1_launch / gemm2_launch) and binds them (launcher.Bound); later calls only put
         this call's tensors into their slots: a decode forward's host time is mostly this
         Python (docs/BENCHMARKS.md, eager)."""
-        ids = prep.topk_ids
-        x, x_scale = self._quant(prep.a1q, self.weights.a13_scale)
-        h, out = ws["h"], ws["out"]
-        key = (ids.shape, x.stride(), out.stride(), None if expert_map is None else expert_map.shape,
-               x_scale is None)
+        x, x_scale = self._quant(x, self.weights.a13_scale)
+        key = (ids.shape, x.stride(), None if expert_map is None else expert_map.shape)
         plan = self._plans.get(key)
         if self._must_zero_h(expert_map):
             h.zero_()
         flat = ids.view(-1)
         emap = flat if expert_map is None else expert_map
-        if plan is None:
-            return self._bind_decode(key, x, x_scale, ids, prep.topk_weights, h, out, expert_map)
-        b1, b2 = plan
+        if plan is None or out.stride() != plan[3]:
+            return self._bind_decode(key, x, x_scale, ids, tw, h, out, expert_map)
+        b1, b2 = plan[0], plan[1]
         if x_scale is None:
             b1(x, h, flat, emap)
         else:
             b1(x, h, flat, emap, x_scale)
         hq, h_scale = self._quant(h, self.weights.a2_scale)
         if h_scale is None:
-            b2(hq, out, prep.topk_weights, flat, emap)
+            b2(hq, out, tw, flat, emap)
         else:
-            b2(hq, out, prep.topk_weights, flat, emap, h_scale)
+            b2(hq, out, tw, flat, emap, h_scale)
         return out
 
     def _bind_decode(self, key, x, x_scale, ids, tw, h, out, expert_map):
@@ -237,7 +255,7 @@ class TritonExperts(Experts):
         b2 = bind(*spec, slots=slots)
         if len(self._plans) >= 16:
             self._plans.clear()
-        self._plans[key] = (b1, b2)
+        self._plans[key] = (b1, b2, h, out.stride())
         return out
 
     def _apply_grouped(self, prep, ws, expert_map):
@@ -296,8 +314,10 @@ def _variants(config, quant, platform):
     dp = decode_pairs(config, quant.method != QuantMethod.NONE)
     for T in BUCKETS:
         if T * config.top_k <= dp:
+            pdl = decode_pdl_ok(platform) and quant.method == QuantMethod.NONE
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
-                             "GEMM2 per (token, N tile) with the k-sum fused, no reduce")
+                             "GEMM2 per (token, N tile) with the k-sum fused, no reduce"
+                             + ("; GEMM2 a programmatic dependent launch of GEMM1" if pdl else ""))
             continue
         c1, c2 = lc.get(T)
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "

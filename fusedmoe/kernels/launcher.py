@@ -420,7 +420,7 @@ class Bound:
     """
 
     __slots__ = ("kernel", "grid", "args", "slots", "constexprs", "num_warps", "num_stages", "pdl", "sig",
-                 "entry", "device", "gen", "kc")
+                 "entry", "device", "gen", "kc", "full", "g")
 
     def __init__(self, kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl, slots):
         self.kernel, self.grid, self.constexprs = kernel, grid, constexprs
@@ -455,12 +455,12 @@ class Bound:
                 return
             sig.append((v.dtype, not v.data_ptr() & 15))
         self.sig = tuple(sig)
+        self.full = a + list(entry[3])      # every parameter in order, as the direct launch takes them
+        g = self.grid
+        self.g = (g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1)
         self.entry, self.device, self.kc, self.gen = entry, device, kc, _generation
 
     def __call__(self, *values):
-        a = self.args
-        for i, v in zip(self.slots, values):
-            a[i] = v
         entry = self.entry
         if entry is not None and self.gen == _generation and self.kc.disabled is None:
             for v, (dt, al) in zip(values, self.sig):
@@ -473,11 +473,15 @@ class Bound:
                 elif state is _UNREAD:
                     state = _pinned.state = _launch_state()
                 if state and state[0] == self.device:
-                    grid = self.grid
-                    n = len(grid)
-                    entry[0](grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, state[1], entry[1],
-                             entry[2], None, None, None, *a, *entry[3])
+                    full = self.full
+                    for i, v in zip(self.slots, values):
+                        full[i] = v
+                    g0, g1, g2 = self.g
+                    entry[0](g0, g1, g2, state[1], entry[1], entry[2], None, None, None, *full)
                     return entry[5]
+        a = self.args
+        for i, v in zip(self.slots, values):
+            a[i] = v
         ck = launch(self.kernel, self.grid, a, self.constexprs, self.num_warps, self.num_stages, self.pdl)
         state = _pinned.state
         if state is None or state is _UNREAD:
