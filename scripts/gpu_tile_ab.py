@@ -14,10 +14,18 @@ import subprocess
 import sys
 import tempfile
 
-CASES = [   # session 4 (session 3's cases and results: docs/BENCHMARKS.md)
-    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g2 P1", "gemm2", dict(PERSISTENT=1)),
-                                               ("g2 P1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True)),
-                                               ("g2 gm16", "gemm2", dict(GROUP_SIZE_M=16))]),
+CASES = [   # session 4 (session 3's cases and results: docs/BENCHMARKS.md); a variant updates
+    # one GEMM's entry (gemm, overrides) or several: [(gemm, overrides), ...]
+    ("qwen3-30b-a3b", 1, 1024, "E=128,N=768,", [("g1 tma", "gemm1", dict(USE_TMA=True)),
+                                               ("g1 s3", "gemm1", dict(num_stages=3)),
+                                               ("g1 s5", "gemm1", dict(num_stages=5)),
+                                               ("g1 w8", "gemm1", dict(num_warps=8))]),
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [("bm64", [("gemm1", dict(BLOCK_SIZE_M=64, num_warps=4)),
+                                                         ("gemm2", dict(BLOCK_SIZE_M=64, num_warps=4))]),
+                                              ("bm64 w8", [("gemm1", dict(BLOCK_SIZE_M=64)),
+                                                           ("gemm2", dict(BLOCK_SIZE_M=64))]),
+                                              ("g1 s5", "gemm1", dict(num_stages=5)),
+                                              ("g1 bk128 s3", "gemm1", dict(BLOCK_SIZE_K=128, num_stages=3))]),
 ]
 
 
@@ -41,9 +49,11 @@ for model, tp, T, prefix, variants in CASES:
     src = glob.glob(f"fusedmoe/kernels/configs/{prefix}device_name=NVIDIA_H100_80GB_HBM3,dtype=bfloat16.json")[0]
     us, pct = bench(model, tp, T)
     print(f"{model} tp{tp} T={T} shipped: {us:9.1f} us {pct:5.1f}%", flush=True)
-    for label, gemm, over in variants:
+    for label, gemm, over in [v if len(v) == 3 else (v[0], v[1], None) for v in variants]:
         d = json.load(open(src))
-        d[str(T)][gemm].update(over)
+        for g, o in ([(gemm, over)] if over is not None else gemm):
+            d[str(T)][g].update(o)
+        over = over if over is not None else gemm
         with tempfile.TemporaryDirectory() as td:
             json.dump(d, open(os.path.join(td, os.path.basename(src)), "w"))
             us, pct = bench(model, tp, T, td)
