@@ -219,7 +219,9 @@ class TritonExperts(Experts):
         plan = self._plans.get(key)
         if self._must_zero_h(expert_map):
             h.zero_()
-        flat = ids.view(-1)
+        # the kernels take the ids as a flat pointer: the [T, k] tensor itself (contiguous,
+        # PreparedExperts.run) fills the slot bound with its view(-1), without a new view
+        flat = ids if ids.is_contiguous() else ids.contiguous()
         emap = flat if expert_map is None else expert_map
         if plan is None or out.stride() != plan[3]:
             return self._bind_decode(key, x, x_scale, ids, tw, h, out, expert_map)

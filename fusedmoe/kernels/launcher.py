@@ -420,7 +420,7 @@ class Bound:
     """
 
     __slots__ = ("kernel", "grid", "args", "slots", "constexprs", "num_warps", "num_stages", "pdl", "sig",
-                 "entry", "device", "gen", "kc", "full", "g")
+                 "entry", "device", "gen", "kc", "full", "g", "fast")
 
     def __init__(self, kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl, slots):
         self.kernel, self.grid, self.constexprs = kernel, grid, constexprs
@@ -430,10 +430,12 @@ class Bound:
         self.sig = None                     # per slot (dtype, aligned) the entry was compiled for
         self.entry = self.device = self.kc = None
         self.gen = -1
+        self.fast = self.slow               # the repeat: ``_make_fast`` once an entry is verified
 
     def _refresh(self, state) -> None:
         """Take the verified cache entry of the current arguments (after a checked launch)."""
         self.entry = None
+        self.fast = self.slow
         kc = _caches.get(id(self.kernel))
         if kc is None or kc.disabled is not None or not state:
             return
@@ -459,26 +461,14 @@ class Bound:
         g = self.grid
         self.g = (g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1)
         self.entry, self.device, self.kc, self.gen = entry, device, kc, _generation
+        self.fast = self._make_fast(entry, device, kc, _generation)
 
     def __call__(self, *values):
-        entry = self.entry
-        if entry is not None and self.gen == _generation and self.kc.disabled is None:
-            for v, (dt, al) in zip(values, self.sig):
-                if v.__class__ is not torch.Tensor or v.dtype is not dt or (not v.data_ptr() & 15) is not al:
-                    break
-            else:
-                state = _pinned.state
-                if state is None:
-                    state = _launch_state()
-                elif state is _UNREAD:
-                    state = _pinned.state = _launch_state()
-                if state and state[0] == self.device:
-                    full = self.full
-                    for i, v in zip(self.slots, values):
-                        full[i] = v
-                    g0, g1, g2 = self.g
-                    entry[0](g0, g1, g2, state[1], entry[1], entry[2], None, None, None, *full)
-                    return entry[5]
+        return self.fast(*values)
+
+    def slow(self, *values):
+        """Through ``launch`` (checked), then re-take the entry: the path whenever ``fast``
+        refuses, and the only one before an entry is verified."""
         a = self.args
         for i, v in zip(self.slots, values):
             a[i] = v
@@ -488,6 +478,39 @@ class Bound:
             state = _launch_state() if (_enabled and _knobs is not None) else ()
         self._refresh(state)
         return ck
+
+    def _make_fast(self, entry, device, kc, gen):
+        """The repeat as straight-line code for this entry (generated, like ``_make_key_fn``):
+        each slot's class, dtype and alignment checked inline, then the compiled kernel's
+        launcher; anything else goes to ``slow``. Module state (``_generation``, the pinned
+        launch state) is read live; the rest is bound at generation."""
+        n = len(self.slots)
+        vs = ", ".join(f"v{i}" for i in range(n))
+        conds = "".join(f" and v{i}.__class__ is _T and v{i}.dtype is _d{i} and (not v{i}.data_ptr() & 15) is _a{i}"
+                        for i in range(n))
+        sets = "".join(f"            _full[{s}] = v{i}\n" for i, s in enumerate(self.slots))
+        params = ", ".join(["_T", "_gen", "_kc", "_dev", "_full", "_run", "_fn", "_packed", "_g0", "_g1", "_g2", "_ck",
+                            "_slow"] + [f"_d{i}, _a{i}" for i in range(n)])
+        src = (f"def factory({params}):\n"
+               f"    def fast({vs}):\n"
+               f"        if _generation == _gen and _kc.disabled is None{conds}:\n"
+               f"            state = _pinned.state\n"
+               f"            if state is None:\n"
+               f"                state = _launch_state()\n"
+               f"            elif state is _UNREAD:\n"
+               f"                state = _pinned.state = _launch_state()\n"
+               f"            if state and state[0] == _dev:\n"
+               f"{sets}"
+               f"                _run(_g0, _g1, _g2, state[1], _fn, _packed, None, None, None, *_full)\n"
+               f"                return _ck\n"
+               f"        return _slow({vs})\n"
+               f"    return fast\n")
+        src = src.replace("            _full[", "                _full[")
+        loc: dict = {}
+        exec(src, globals(), loc)
+        sig = [x for pair in self.sig for x in pair]
+        return loc["factory"](torch.Tensor, gen, kc, device, self.full, entry[0], entry[1], entry[2], *self.g,
+                              entry[5], self.slow, *sig)
 
 
 def bind(kernel, grid, args: Sequence, constexprs: dict, num_warps: Optional[int] = None,
