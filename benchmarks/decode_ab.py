@@ -2,8 +2,9 @@
 
     python3 benchmarks/decode_ab.py --out $OUT/decode_ab.json [--quick]
 
-B. The layer's decode path with and without PDL (GEMM2 a programmatic dependent launch of
-   GEMM1, FUSEDMOE_DECODE_PDL) at T = 1, 2: graph and eager µs, alternating rounds.
+B. The layer's decode path as two launches, two with PDL (GEMM2 a programmatic dependent
+   launch of GEMM1, FUSEDMOE_DECODE_PDL), or one (FUSEDMOE_DECODE_FUSED) at T = 1, 2: graph
+   and eager µs, alternating rounds.
 A. T=1, bf16, each decode kernel alone (CUDA-graph replay over rotating input sets, so L2
    does not hold the weights): BLOCK_N x BLOCK_K x num_warps x PREFETCH, GB/s of the
    weights read, and decode_config's choice.
@@ -107,31 +108,38 @@ def layer_ab(name, tp, scheme, bw, tokens):
     return rows
 
 
+VARIANTS = {"two": dict(FUSEDMOE_DECODE_FUSED="0", FUSEDMOE_DECODE_PDL="0"),
+            "pdl": dict(FUSEDMOE_DECODE_FUSED="0", FUSEDMOE_DECODE_PDL="1"),
+            "fused": dict(FUSEDMOE_DECODE_FUSED="1", FUSEDMOE_DECODE_PDL="0")}
+
+
 def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
-    """Section B: the layer's decode path with GEMM2 as a programmatic dependent launch of
-    GEMM1 (FUSEDMOE_DECODE_PDL=1) or not (=0); rounds alternate the two, best of each."""
+    """Section B: the layer's decode path as two launches, two with GEMM2 a programmatic
+    dependent launch of GEMM1 (FUSEDMOE_DECODE_PDL), or one fused launch
+    (FUSEDMOE_DECODE_FUSED; 16-bit only); rounds alternate the variants, best of each."""
     cfg = get_preset(name).to_config(tp=tp)
     w = hz.make_weights(cfg, scheme, "cuda", seed=0)
     per_expert = hz.expert_bytes(cfg.hidden_size, cfg.intermediate_size, scheme)
     rows = []
+    variants = VARIANTS if scheme == "none" else {k: v for k, v in VARIANTS.items() if k != "fused"}
     for T in tokens:
         sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=0)
         roof = hz.moe_bytes(T, cfg.hidden_size, sets.experts_hit, per_expert) / (bw * 1e9) * 1e6
         best = {}
         for _ in range(rounds):
-            for pdl in ("0", "1"):
-                os.environ["FUSEDMOE_DECODE_PDL"] = pdl
+            for var, env in variants.items():
+                os.environ.update(env)
                 pe = prepare_experts(cfg, w, "triton")
-                assert pe.kernel.experts.pdl == (pdl == "1" and torch.cuda.get_device_capability()[0] >= 9)
                 chk = hz.check_against(pe, hz.make_check_case(cfg, w, T, "cuda"))
                 t = hz.time_impl(pe, sets, graph=True, eager=True)
-                b = best.setdefault(pdl, dict(us_graph=t.us_graph, us_eager=t.us_eager, ok=chk.ok))
+                b = best.setdefault(var, dict(us_graph=t.us_graph, us_eager=t.us_eager, ok=chk.ok))
                 b["us_graph"] = min(b["us_graph"], t.us_graph)
                 b["us_eager"] = min(b["us_eager"], t.us_eager)
                 b["ok"] = b["ok"] and chk.ok
-        os.environ.pop("FUSEDMOE_DECODE_PDL", None)
-        for pdl, b in best.items():
-            rows.append(dict(model=name, tp=tp, scheme=scheme, T=T, pdl=pdl == "1", roof_us=roof,
+        for k in ("FUSEDMOE_DECODE_FUSED", "FUSEDMOE_DECODE_PDL"):
+            os.environ.pop(k, None)
+        for var, b in best.items():
+            rows.append(dict(model=name, tp=tp, scheme=scheme, T=T, variant=var, roof_us=roof,
                              pct=100 * roof / b["us_graph"], **b))
     return rows
 
@@ -174,7 +182,7 @@ def main():
             rows = pdl_ab(name, tp, scheme, bw, (1,) if a.quick else (1, 2))
             res["B"] += rows
             for r in rows:
-                print(f"B {name:14s} {scheme:11s} T={r['T']:<3d} pdl={int(r['pdl'])} graph {r['us_graph']:7.2f} "
+                print(f"B {name:14s} {scheme:11s} T={r['T']:<3d} {r['variant']:6s} graph {r['us_graph']:7.2f} "
                       f"eager {r['us_eager']:7.1f} us  roof {r['roof_us']:6.1f}  {r['pct']:5.1f}%  ok={r['ok']}",
                       flush=True)
             torch.cuda.empty_cache()

@@ -129,6 +129,15 @@ class TritonExperts(Experts):
         # -> 228.5. Not for W8A8: the requantization kernel sits between the GEMMs (measured
         # +0.5 us at T=1 for fp8_channel qwen3 and fp8_block deepseek)
         self.pdl = decode_pdl_ok(platform) and not self.quantized
+        # 16-bit on CUDA: both decode GEMMs in one launch (kernels/decode.py fused_launch),
+        # with a zeroed counter buffer of its own, made here (outside any graph capture)
+        self.fused = (not self.quantized and platform.kind == "cuda" and weights.w13.is_cuda
+                      and env.decode_fused())
+        self._sync = None
+        if self.fused:
+            from ..kernels.decode import sync_buffer_size
+            self._sync = torch.zeros(sync_buffer_size(max(1, self.decode_pairs // config.top_k)),
+                                     dtype=torch.int32, device=weights.w13.device)
         self._specs: dict = {}
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
@@ -226,21 +235,35 @@ class TritonExperts(Experts):
         if plan is None or out.stride() != plan[3]:
             return self._bind_decode(key, x, x_scale, ids, tw, h, out, expert_map)
         b1, b2 = plan[0], plan[1]
+        if b2 is None:                                         # one launch
+            b1.fast(x, h, out, tw, flat, emap)
+            return out
         if x_scale is None:
-            b1(x, h, flat, emap)
+            b1.fast(x, h, flat, emap)
         else:
-            b1(x, h, flat, emap, x_scale)
+            b1.fast(x, h, flat, emap, x_scale)
         hq, h_scale = self._quant(h, self.weights.a2_scale)
         if h_scale is None:
-            b2(hq, out, tw, flat, emap)
+            b2.fast(hq, out, tw, flat, emap)
         else:
-            b2(hq, out, tw, flat, emap, h_scale)
+            b2.fast(hq, out, tw, flat, emap, h_scale)
         return out
 
     def _bind_decode(self, key, x, x_scale, ids, tw, h, out, expert_map):
         from ..kernels.decode import GEMM1_SLOTS as S1, GEMM2_SLOTS as S2, gemm1_launch, gemm2_launch
         from ..kernels.launcher import bind
         c, w = self.config, self.weights
+        if len(self._plans) >= 16:
+            self._plans.clear()
+        if self.fused and ids.shape[0] * ids.shape[1] <= self.decode_pairs:
+            from ..kernels.decode import FUSED_SLOTS, fused_launch
+            spec = fused_launch(x, w.w13, w.w2, ids, tw, c.activation.value, h, out, self._sync,
+                                expert_map=expert_map, w13_bias=w.w13_bias, w2_bias=w.w2_bias,
+                                swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
+                                mul_routed_weight=not c.routing.apply_router_weight_on_input)
+            b = bind(*spec, slots=[FUSED_SLOTS[n] for n in ("x", "h", "out", "topk_weights", "ids", "map")])
+            self._plans[key] = (b, None, h, out.stride())
+            return out
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         names = ("out", "ids", "map")
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
@@ -255,8 +278,6 @@ class TritonExperts(Experts):
         slots = [S2[n] for n in ("h", "out", "topk_weights", "ids", "map")
                  + (("a_scale",) if h_scale is not None else ())]
         b2 = bind(*spec, slots=slots)
-        if len(self._plans) >= 16:
-            self._plans.clear()
         self._plans[key] = (b1, b2, h, out.stride())
         return out
 
