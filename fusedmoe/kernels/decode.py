@@ -269,19 +269,19 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
     r = tl.arange(0, R)
     e = _local_experts(ids_ptr, map_ptr, s + r * 0, r >= 0, num_global, E, HAS_MAP)      # [R], equal
     if tl.max(e) >= 0:
-        e = e.to(tl.int64)
+        e64 = e.to(tl.int64)
         t = s // TOP_K
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = offs_n < N_OUT
         wrows = tl.where(n_ok, offs_n, 0)[None, :] + (r * N_OUT)[:, None]          # [R, BN]: gate, up
         x_rows = x_ptr + t * stride_xm + r * 0                                      # [R]: the same row
         as_rows = a_scale_ptr + t * stride_asm + r * 0
-        bs_e = b_scale_ptr + e * stride_bse
-        acc, sa_tok = _rows_dot(x_rows, stride_xk, w_ptr + e[:, None] * stride_we + wrows * stride_wn, stride_wk,
+        bs_e = b_scale_ptr + e64 * stride_bse
+        acc, sa_tok = _rows_dot(x_rows, stride_xk, w_ptr + e64[:, None] * stride_we + wrows * stride_wn, stride_wk,
                                 K, K + r * 0, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
                                 stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
                                 R, BLOCK_N, BLOCK_K, PREFETCH)
-        acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn,
+        acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e64 * stride_bias_e, wrows, stride_bsn,
                         stride_bias_n, A_SCALE, B_SCALE, HAS_BIAS, QA)
         g = tl.sum(tl.where(r[:, None] == 0, acc, 0.0), axis=0)                    # [BN]
         u = tl.sum(tl.where(r[:, None] == R - 1, acc, 0.0), axis=0)               # == g when not gated

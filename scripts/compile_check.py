@@ -1,0 +1,88 @@
+"""Compile the decode kernels for sm_90 on a machine without a GPU (no launch): catches
+Triton front-end / compiler errors (e.g. a variable re-typed inside an ``if``) that the
+interpreter (TRITON_INTERPRET=1) does not, before spending device time.
+
+    python scripts/compile_check.py            (TRITON_INTERPRET must be unset)
+
+It builds each launch spec (kernels/decode.py ``*_launch``) from CPU tensors of the right
+dtypes, turns it into an ASTSource signature (pointer dtypes, i32/i64/fp32 scalars,
+constexprs) and compiles it with triton.compile for GPUTarget('cuda', 90, 32), through
+ptxas (bundled with the triton wheel).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.pop("TRITON_INTERPRET", None)
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+_DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "i32",
+       torch.int64: "i64", torch.float8_e4m3fn: "fp8e4nv", torch.int8: "i8", torch.uint8: "u8"}
+
+
+def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
+    kernel, grid, args, constexprs, num_warps, num_stages, pdl = (list(spec) + [None, None, False])[:7]
+    sig, consts = {}, {}
+    for p, a in zip(kernel.params, args):
+        if isinstance(a, torch.Tensor):
+            sig[p.name] = "*" + _DT[a.dtype]
+        elif isinstance(a, bool):
+            sig[p.name] = "i1"
+        elif isinstance(a, int):
+            sig[p.name] = "i32" if -2 ** 31 <= a < 2 ** 31 else "i64"
+        elif isinstance(a, float):
+            sig[p.name] = "fp32"
+        else:
+            raise TypeError(f"{p.name}: {type(a)}")
+    for p in kernel.params[len(args):]:
+        v = constexprs[p.name] if p.name in constexprs else p.default
+        sig[p.name] = "constexpr"
+        consts[p.name] = v
+    opts = {"num_warps": num_warps or 4}
+    if pdl:
+        opts["launch_pdl"] = True
+    return triton.compile(ASTSource(kernel, sig, consts), target=target, options=opts)
+
+
+def main() -> int:
+    from fusedmoe.kernels import decode as dk
+    bf = torch.bfloat16
+    cases = []
+    for name, (E, H, I, k) in {"qwen3": (128, 2048, 768, 8), "deepseek-tp8": (256, 7168, 256, 8)}.items():
+        w13, w2 = torch.empty(E, 2 * I, H, dtype=bf), torch.empty(E, H, I, dtype=bf)
+        for T in (1, 3):
+            x, ids = torch.empty(T, H, dtype=bf), torch.zeros(T, k, dtype=torch.int32)
+            tw, h, out = torch.empty(T, k), torch.empty(T * k, I, dtype=bf), torch.empty(T, H, dtype=bf)
+            sync = torch.zeros(dk.sync_buffer_size(T), dtype=torch.int32)
+            emap = torch.zeros(E, dtype=torch.int32)
+            cases += [
+                (f"{name} T={T} fused", dk.fused_launch(x, w13, w2, ids, tw, "silu", h, out, sync)),
+                (f"{name} T={T} fused map+bias", dk.fused_launch(x, w13, w2, ids, tw, "swigluoai", h, out, sync,
+                                                               expert_map=emap,
+                                                               w13_bias=torch.empty(E, 2 * I, dtype=bf))),
+                (f"{name} T={T} gemm1 pdl", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True)),
+                (f"{name} T={T} gemm2 pdl", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True)),
+            ]
+    bad = 0
+    for label, spec in cases:
+        t0 = time.perf_counter()
+        try:
+            ck = compile_spec(spec)
+            regs = getattr(ck, "n_regs", None)
+            print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B", flush=True)
+            del regs
+        except Exception as e:  # print the compiler's message and go on
+            bad += 1
+            print(f"FAIL {label}: {type(e).__name__}: {str(e)[:2000]}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
