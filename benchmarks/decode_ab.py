@@ -110,7 +110,8 @@ def layer_ab(name, tp, scheme, bw, tokens):
 
 VARIANTS = {"two": dict(FUSEDMOE_DECODE_FUSED="0", FUSEDMOE_DECODE_PDL="0"),
             "pdl": dict(FUSEDMOE_DECODE_FUSED="0", FUSEDMOE_DECODE_PDL="1"),
-            "fused": dict(FUSEDMOE_DECODE_FUSED="1", FUSEDMOE_DECODE_PDL="0")}
+            "fused": dict(FUSEDMOE_DECODE_FUSED="1", FUSEDMOE_DECODE_PDL="0"),
+            "fused4": dict(FUSEDMOE_DECODE_FUSED="1", FUSEDMOE_DECODE_PDL="0")}   # num_warps 4
 
 
 def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
@@ -121,7 +122,7 @@ def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
     w = hz.make_weights(cfg, scheme, "cuda", seed=0)
     per_expert = hz.expert_bytes(cfg.hidden_size, cfg.intermediate_size, scheme)
     rows = []
-    variants = VARIANTS if scheme == "none" else {k: v for k, v in VARIANTS.items() if k != "fused"}
+    variants = VARIANTS if scheme == "none" else {k: v for k, v in VARIANTS.items() if not k.startswith("fused")}
     for T in tokens:
         sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=0)
         roof = hz.moe_bytes(T, cfg.hidden_size, sets.experts_hit, per_expert) / (bw * 1e9) * 1e6
@@ -130,6 +131,8 @@ def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
             for var, env in variants.items():
                 os.environ.update(env)
                 pe = prepare_experts(cfg, w, "triton")
+                if var == "fused4":
+                    pe.kernel.experts.fused_warps = 4
                 chk = hz.check_against(pe, hz.make_check_case(cfg, w, T, "cuda"))
                 t = hz.time_impl(pe, sets, graph=True, eager=True)
                 b = best.setdefault(var, dict(us_graph=t.us_graph, us_eager=t.us_eager, ok=chk.ok))

@@ -17,8 +17,8 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | serve T*k <= this many pairs; 0 turns them off (default:      |
 |                             | max(k, E // 4) for E local experts, E // 16 for W8A8; see    |
 |                             | backends/triton.py)                                           |
-| FUSEDMOE_DECODE_FUSED       | 0: the 16-bit decode path runs its two GEMMs as two launches  |
-|                             | instead of one (kernels/decode.py fused_launch; default 1)    |
+| FUSEDMOE_DECODE_FUSED       | 1: the 16-bit decode path runs its two GEMMs in one launch    |
+|                             | (kernels/decode.py fused_launch; default 0: two launches)     |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
 
@@ -88,8 +88,8 @@ def decode_pairs() -> int | None:
 
 
 def decode_fused() -> bool:
-    """False when FUSEDMOE_DECODE_FUSED is 0/false (one-launch decode on by default)."""
-    return os.environ.get("FUSEDMOE_DECODE_FUSED", "1").strip() not in ("0", "false", "False")
+    """True when FUSEDMOE_DECODE_FUSED is 1/true (one-launch decode; off by default)."""
+    return os.environ.get("FUSEDMOE_DECODE_FUSED", "0").strip() not in ("", "0", "false", "False")
 
 
 def decode_pdl() -> bool:

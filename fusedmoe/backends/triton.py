@@ -129,11 +129,14 @@ class TritonExperts(Experts):
         # -> 228.5. Not for W8A8: the requantization kernel sits between the GEMMs (measured
         # +0.5 us at T=1 for fp8_channel qwen3 and fp8_block deepseek)
         self.pdl = decode_pdl_ok(platform) and not self.quantized
-        # 16-bit on CUDA: both decode GEMMs in one launch (kernels/decode.py fused_launch),
-        # with a zeroed counter buffer of its own, made here (outside any graph capture)
+        # 16-bit on CUDA, FUSEDMOE_DECODE_FUSED=1: both decode GEMMs in one launch
+        # (kernels/decode.py fused_launch), with a zeroed counter buffer of its own, made
+        # here (outside any graph capture). Off by default: H100 T=1 graphs, qwen3 36.1 us
+        # vs 27.5 with PDL (eager 38.7 vs 54.3), deepseek tp8 46.3 vs 33.1 (48.9 vs 54.2)
         self.fused = (not self.quantized and platform.kind == "cuda" and weights.w13.is_cuda
                       and env.decode_fused())
         self._sync = None
+        self.fused_warps = None     # the fused kernel's num_warps (None: the larger of the two GEMMs')
         if self.fused:
             from ..kernels.decode import sync_buffer_size
             self._sync = torch.zeros(sync_buffer_size(max(1, self.decode_pairs // config.top_k)),
@@ -260,7 +263,8 @@ class TritonExperts(Experts):
             spec = fused_launch(x, w.w13, w.w2, ids, tw, c.activation.value, h, out, self._sync,
                                 expert_map=expert_map, w13_bias=w.w13_bias, w2_bias=w.w2_bias,
                                 swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                                mul_routed_weight=not c.routing.apply_router_weight_on_input)
+                                mul_routed_weight=not c.routing.apply_router_weight_on_input,
+                                num_warps=self.fused_warps)
             b = bind(*spec, slots=[FUSED_SLOTS[n] for n in ("x", "h", "out", "topk_weights", "ids", "map")])
             self._plans[key] = (b, None, h, out.stride())
             return out
@@ -337,10 +341,13 @@ def _variants(config, quant, platform):
     dp = decode_pairs(config, quant.method != QuantMethod.NONE)
     for T in BUCKETS:
         if T * config.top_k <= dp:
-            pdl = decode_pdl_ok(platform) and quant.method == QuantMethod.NONE
+            sixteen = quant.method == QuantMethod.NONE
+            fused = sixteen and platform.kind == "cuda" and env.decode_fused()
+            pdl = sixteen and not fused and decode_pdl_ok(platform)
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
                              "GEMM2 per (token, N tile) with the k-sum fused, no reduce"
-                             + ("; GEMM2 a programmatic dependent launch of GEMM1" if pdl else ""))
+                             + ("; GEMM2 a programmatic dependent launch of GEMM1" if pdl else "")
+                             + ("; both in one launch (FUSEDMOE_DECODE_FUSED)" if fused else ""))
             continue
         c1, c2 = lc.get(T)
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "

@@ -177,11 +177,15 @@ def _wait(WAIT: tl.constexpr, wait_ptr, wait_target):
     if WAIT == 1:
         gdc_wait()
     elif WAIT == 2:
-        c = tl.atomic_add(wait_ptr, 0, sem="acquire", scope="gpu")
+        # poll with plain volatile loads (many programs read one line: L2 serves them without
+        # the serialization of read-modify-write atomics), then one acquire atomic orders
+        # the h loads after the GEMM1 stores it observed
+        c = tl.load(wait_ptr, volatile=True)
         n = c * 0
         while (c < wait_target) & (n < SPIN_LIMIT):
-            c = tl.atomic_add(wait_ptr, 0, sem="acquire", scope="gpu")
+            c = tl.load(wait_ptr, volatile=True)
             n += 1
+        tl.atomic_add(wait_ptr, 0, sem="acquire", scope="gpu")
 
 
 @triton.jit
