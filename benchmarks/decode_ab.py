@@ -2,9 +2,8 @@
 
     python3 benchmarks/decode_ab.py --out $OUT/decode_ab.json [--quick]
 
-B. The layer's decode path as two launches, two with PDL (GEMM2 a programmatic dependent
-   launch of GEMM1, FUSEDMOE_DECODE_PDL), or one (FUSEDMOE_DECODE_FUSED) at T = 1, 2: graph
-   and eager µs, alternating rounds.
+B. The layer's decode path as two launches, or two with PDL (GEMM2 a programmatic dependent
+   launch of GEMM1, FUSEDMOE_DECODE_PDL) at T = 1, 2: graph and eager µs, alternating rounds.
 A. T=1, bf16, each decode kernel alone (CUDA-graph replay over rotating input sets, so L2
    does not hold the weights): BLOCK_N x BLOCK_K x num_warps x PREFETCH, GB/s of the
    weights read, and decode_config's choice.
@@ -108,21 +107,19 @@ def layer_ab(name, tp, scheme, bw, tokens):
     return rows
 
 
-VARIANTS = {"two": dict(FUSEDMOE_DECODE_FUSED="0", FUSEDMOE_DECODE_PDL="0"),
-            "pdl": dict(FUSEDMOE_DECODE_FUSED="0", FUSEDMOE_DECODE_PDL="1"),
-            "fused": dict(FUSEDMOE_DECODE_FUSED="1", FUSEDMOE_DECODE_PDL="0"),
-            "fused4": dict(FUSEDMOE_DECODE_FUSED="1", FUSEDMOE_DECODE_PDL="0")}   # num_warps 4
+# (session 4 also compared "fused", kernels/decode.py fused_launch through the backend:
+# slower, see docs/BENCHMARKS.md; the backend no longer takes it)
+VARIANTS = {"two": dict(FUSEDMOE_DECODE_PDL="0"), "pdl": dict(FUSEDMOE_DECODE_PDL="1")}
 
 
 def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
-    """Section B: the layer's decode path as two launches, two with GEMM2 a programmatic
-    dependent launch of GEMM1 (FUSEDMOE_DECODE_PDL), or one fused launch
-    (FUSEDMOE_DECODE_FUSED; 16-bit only); rounds alternate the variants, best of each."""
+    """Section B: the layer's decode path as two launches, or two with GEMM2 a programmatic
+    dependent launch of GEMM1 (FUSEDMOE_DECODE_PDL); rounds alternate, best of each."""
     cfg = get_preset(name).to_config(tp=tp)
     w = hz.make_weights(cfg, scheme, "cuda", seed=0)
     per_expert = hz.expert_bytes(cfg.hidden_size, cfg.intermediate_size, scheme)
     rows = []
-    variants = VARIANTS if scheme == "none" else {k: v for k, v in VARIANTS.items() if not k.startswith("fused")}
+    variants = VARIANTS
     for T in tokens:
         sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=0)
         roof = hz.moe_bytes(T, cfg.hidden_size, sets.experts_hit, per_expert) / (bw * 1e9) * 1e6
@@ -131,16 +128,13 @@ def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
             for var, env in variants.items():
                 os.environ.update(env)
                 pe = prepare_experts(cfg, w, "triton")
-                if var == "fused4":
-                    pe.kernel.experts.fused_warps = 4
                 chk = hz.check_against(pe, hz.make_check_case(cfg, w, T, "cuda"))
                 t = hz.time_impl(pe, sets, graph=True, eager=True)
                 b = best.setdefault(var, dict(us_graph=t.us_graph, us_eager=t.us_eager, ok=chk.ok))
                 b["us_graph"] = min(b["us_graph"], t.us_graph)
                 b["us_eager"] = min(b["us_eager"], t.us_eager)
                 b["ok"] = b["ok"] and chk.ok
-        for k in ("FUSEDMOE_DECODE_FUSED", "FUSEDMOE_DECODE_PDL"):
-            os.environ.pop(k, None)
+        os.environ.pop("FUSEDMOE_DECODE_PDL", None)
         for var, b in best.items():
             rows.append(dict(model=name, tp=tp, scheme=scheme, T=T, variant=var, roof_us=roof,
                              pct=100 * roof / b["us_graph"], **b))

@@ -17,8 +17,6 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | serve T*k <= this many pairs; 0 turns them off (default:      |
 |                             | max(k, E // 4) for E local experts, E // 16 for W8A8; see    |
 |                             | backends/triton.py)                                           |
-| FUSEDMOE_DECODE_FUSED       | 1: the 16-bit decode path runs its two GEMMs in one launch    |
-|                             | (kernels/decode.py fused_launch; default 0: two launches)     |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
 
@@ -36,7 +34,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_FUSED", "FUSEDMOE_DECODE_PDL")
+             "FUSEDMOE_DECODE_PDL")
 
 
 def backend() -> str | None:
@@ -85,11 +83,6 @@ def fast_launch() -> bool:
 def decode_pairs() -> int | None:
     """FUSEDMOE_DECODE_PAIRS as an int (None when unset: the backend's own rule)."""
     return _int_var("FUSEDMOE_DECODE_PAIRS", 0, "an integer >= 0 (0: no decode kernels)", "16")
-
-
-def decode_fused() -> bool:
-    """True when FUSEDMOE_DECODE_FUSED is 1/true (one-launch decode; off by default)."""
-    return os.environ.get("FUSEDMOE_DECODE_FUSED", "0").strip() not in ("", "0", "false", "False")
 
 
 def decode_pdl() -> bool:

@@ -129,18 +129,9 @@ class TritonExperts(Experts):
         # -> 228.5. Not for W8A8: the requantization kernel sits between the GEMMs (measured
         # +0.5 us at T=1 for fp8_channel qwen3 and fp8_block deepseek)
         self.pdl = decode_pdl_ok(platform) and not self.quantized
-        # 16-bit on CUDA, FUSEDMOE_DECODE_FUSED=1: both decode GEMMs in one launch
-        # (kernels/decode.py fused_launch), with a zeroed counter buffer of its own, made
-        # here (outside any graph capture). Off by default: H100 T=1 graphs, qwen3 36.1 us
-        # vs 27.5 with PDL (eager 38.7 vs 54.3), deepseek tp8 46.3 vs 33.1 (48.9 vs 54.2)
-        self.fused = (not self.quantized and platform.kind == "cuda" and weights.w13.is_cuda
-                      and env.decode_fused())
-        self._sync = None
-        self.fused_warps = None     # the fused kernel's num_warps (None: the larger of the two GEMMs')
-        if self.fused:
-            from ..kernels.decode import sync_buffer_size
-            self._sync = torch.zeros(sync_buffer_size(max(1, self.decode_pairs // config.top_k)),
-                                     dtype=torch.int32, device=weights.w13.device)
+        # (both decode GEMMs in one launch, kernels/decode.py fused_launch, measured slower
+        # than the two with PDL on the H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8
+        # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
         self._specs: dict = {}
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
@@ -238,9 +229,6 @@ class TritonExperts(Experts):
         if plan is None or out.stride() != plan[3]:
             return self._bind_decode(key, x, x_scale, ids, tw, h, out, expert_map)
         b1, b2 = plan[0], plan[1]
-        if b2 is None:                                         # one launch
-            b1.fast(x, h, out, tw, flat, emap)
-            return out
         if x_scale is None:
             b1.fast(x, h, flat, emap)
         else:
@@ -256,18 +244,6 @@ class TritonExperts(Experts):
         from ..kernels.decode import GEMM1_SLOTS as S1, GEMM2_SLOTS as S2, gemm1_launch, gemm2_launch
         from ..kernels.launcher import bind
         c, w = self.config, self.weights
-        if len(self._plans) >= 16:
-            self._plans.clear()
-        if self.fused and ids.shape[0] * ids.shape[1] <= self.decode_pairs:
-            from ..kernels.decode import FUSED_SLOTS, fused_launch
-            spec = fused_launch(x, w.w13, w.w2, ids, tw, c.activation.value, h, out, self._sync,
-                                expert_map=expert_map, w13_bias=w.w13_bias, w2_bias=w.w2_bias,
-                                swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                                mul_routed_weight=not c.routing.apply_router_weight_on_input,
-                                num_warps=self.fused_warps)
-            b = bind(*spec, slots=[FUSED_SLOTS[n] for n in ("x", "h", "out", "topk_weights", "ids", "map")])
-            self._plans[key] = (b, None, h, out.stride())
-            return out
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         names = ("out", "ids", "map")
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
@@ -282,6 +258,8 @@ class TritonExperts(Experts):
         slots = [S2[n] for n in ("h", "out", "topk_weights", "ids", "map")
                  + (("a_scale",) if h_scale is not None else ())]
         b2 = bind(*spec, slots=slots)
+        if len(self._plans) >= 16:
+            self._plans.clear()
         self._plans[key] = (b1, b2, h, out.stride())
         return out
 
@@ -341,13 +319,10 @@ def _variants(config, quant, platform):
     dp = decode_pairs(config, quant.method != QuantMethod.NONE)
     for T in BUCKETS:
         if T * config.top_k <= dp:
-            sixteen = quant.method == QuantMethod.NONE
-            fused = sixteen and platform.kind == "cuda" and env.decode_fused()
-            pdl = sixteen and not fused and decode_pdl_ok(platform)
+            pdl = quant.method == QuantMethod.NONE and decode_pdl_ok(platform)
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
                              "GEMM2 per (token, N tile) with the k-sum fused, no reduce"
-                             + ("; GEMM2 a programmatic dependent launch of GEMM1" if pdl else "")
-                             + ("; both in one launch (FUSEDMOE_DECODE_FUSED)" if fused else ""))
+                             + ("; GEMM2 a programmatic dependent launch of GEMM1" if pdl else ""))
             continue
         c1, c2 = lc.get(T)
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "

@@ -651,7 +651,13 @@ def fused_launch(x, w13, w2, topk_ids, topk_weights, activation, h, out, sync, *
                  w2_bias=None, swiglu_limit=None, alpha=1.702, limit=7.0, mul_routed_weight=True,
                  config1=None, config2=None, num_warps=None) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of the fused decode
-    kernel (both GEMMs, one launch, 16-bit weights; T > 0): h [T*k, I] and out [T, H] as in
+    kernel (both GEMMs, one launch, 16-bit weights; T > 0). Correct (bitwise equal to the two
+    kernels, on the GPU too) but slower on the H100 than the two kernels with PDL, so the
+    backend does not use it: T=1 graphs qwen3 36.1 us (RMW polling) / 40.0 (volatile-load
+    polling) vs 27.5, deepseek tp8 46.3 / 50.1 vs 33.1; eager qwen3 38.7 vs 54.3 (one launch
+    less). Suspects: the ticket atomic every program waits on before its first load, and
+    GEMM1 items running with the registers of the larger GEMM2 items (fewer resident).
+    h [T*k, I] and out [T, H] as in
     decode_gemm1 / decode_gemm2; ``sync``: int32, at least sync_buffer_size(T) elements,
     zero before the first launch and left zero by every launch; launches that may overlap
     (two streams) must not share it. Slots for ``launcher.bind``: FUSED_SLOTS."""
