@@ -389,7 +389,7 @@ def _decode_fused_kernel(
     TOP_K: tl.constexpr, KP: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
     HAS_BIAS1: tl.constexpr, HAS_BIAS2: tl.constexpr, HAS_MAP: tl.constexpr, MUL_W: tl.constexpr,
     BLOCK_N1: tl.constexpr, BLOCK_K1: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_K2: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, TICKET: tl.constexpr = True,
 ):
     """Both decode GEMMs in one launch (16-bit weights): TILES1 * T * k GEMM1 items, then
     TILES2 * T GEMM2 items, one per program. Items are handed out by a ticket counter
@@ -402,9 +402,12 @@ def _decode_fused_kernel(
     counters back to 0 for the next launch (sync must be zero before the first)."""
     n1 = TILES1 * T * TOP_K
     total = n1 + TILES2 * T
-    ticket = tl.atomic_add(sync_ptr, 1)
-    if ticket == total - 1:
-        tl.store(sync_ptr, 0)                          # every ticket is taken: reset for the next launch
+    if TICKET:
+        ticket = tl.atomic_add(sync_ptr, 1)
+        if ticket == total - 1:
+            tl.store(sync_ptr, 0)                      # every ticket is taken: reset for the next launch
+    else:   # (measurement only) program id order: relies on the hardware starting programs in order
+        ticket = tl.program_id(0)
     if ticket < n1:
         s = (ticket // TILES1).to(tl.int64)
         _gemm1_item(ticket % TILES1, s, x_ptr, w13_ptr, h_ptr, b13_ptr, x_ptr, x_ptr, ids_ptr, map_ptr,
@@ -649,7 +652,7 @@ def sync_buffer_size(max_tokens: int) -> int:
 
 def fused_launch(x, w13, w2, topk_ids, topk_weights, activation, h, out, sync, *, expert_map=None, w13_bias=None,
                  w2_bias=None, swiglu_limit=None, alpha=1.702, limit=7.0, mul_routed_weight=True,
-                 config1=None, config2=None, num_warps=None) -> tuple:
+                 config1=None, config2=None, num_warps=None, ticket=True) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of the fused decode
     kernel (both GEMMs, one launch, 16-bit weights; T > 0). Correct (bitwise equal to the two
     kernels, on the GPU too) but slower on the H100 than the two kernels with PDL, so the
@@ -657,6 +660,8 @@ def fused_launch(x, w13, w2, topk_ids, topk_weights, activation, h, out, sync, *
     polling) vs 27.5, deepseek tp8 46.3 / 50.1 vs 33.1; eager qwen3 38.7 vs 54.3 (one launch
     less). Suspects: the ticket atomic every program waits on before its first load, and
     GEMM1 items running with the registers of the larger GEMM2 items (fewer resident).
+    ``ticket=False`` (measurement only: items by program id, which relies on the hardware
+    starting a 1-D grid's programs in order, not a guarantee) isolates the first.
     h [T*k, I] and out [T, H] as in
     decode_gemm1 / decode_gemm2; ``sync``: int32, at least sync_buffer_size(T) elements,
     zero before the first launch and left zero by every launch; launches that may overlap
@@ -683,7 +688,7 @@ def fused_launch(x, w13, w2, topk_ids, topk_weights, activation, h, out, sync, *
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(TOP_K=k, KP=kp, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None,
             HAS_BIAS1=w13_bias is not None, HAS_BIAS2=w2_bias is not None, HAS_MAP=has_map, MUL_W=mul_routed_weight, BLOCK_N1=c1["BLOCK_N"], BLOCK_K1=c1["BLOCK_K"],
-            BLOCK_N2=c2["BLOCK_N"], BLOCK_K2=c2["BLOCK_K"], PREFETCH=True),
+            BLOCK_N2=c2["BLOCK_N"], BLOCK_K2=c2["BLOCK_K"], PREFETCH=True, TICKET=ticket),
         num_warps or max(c1.get("num_warps", 4), c2.get("num_warps", 4)), None, False)
 
 
