@@ -661,7 +661,10 @@ def fused_launch(x, w13, w2, topk_ids, topk_weights, activation, h, out, sync, *
     less). Suspects: the ticket atomic every program waits on before its first load, and
     GEMM1 items running with the registers of the larger GEMM2 items (fewer resident).
     ``ticket=False`` (measurement only: items by program id, which relies on the hardware
-    starting a 1-D grid's programs in order, not a guarantee) isolates the first.
+    starting a 1-D grid's programs in order, not a guarantee) isolates the first:
+    benchmarks/fused_decode_ab.py, T=1 graphs, qwen3 two 29.2 / PDL 27.8 / ticket 39.9 /
+    program id 36.3 us, deepseek tp8 34.7 / 33.1 / 50.3 / 45.3: the ticket is 3.5-5 us of
+    the loss, most of it is elsewhere (occupancy, the polling).
     h [T*k, I] and out [T, H] as in
     decode_gemm1 / decode_gemm2; ``sync``: int32, at least sync_buffer_size(T) elements,
     zero before the first launch and left zero by every launch; launches that may overlap
