@@ -449,3 +449,64 @@ def test_noep_quantizes_input_when_experts_ask(mk):
     assert rel_error(deq, x) < 0.05                       # fp8 e4m3: ~2.6% rms rounding
     ex.input_quant = False
     assert NoEP().prepare(x, tw, ti, cfg, ex, None).a1q is x
+
+
+# ------------------------------------------------------------------------------ direct hook
+class _DirectPassThrough(PassThroughExperts):
+    """Serves calls of at most 2 tokens whole (``direct``), counting them; others return None."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.direct_calls = 0
+
+    def direct(self, x, topk_weights, topk_ids, expert_map):
+        if x.shape[0] > 2:
+            return None
+        self.direct_calls += 1
+        return x.clone() * 1.0
+
+
+def test_direct_hook_serves_small_calls_and_only_where_prepare_does_nothing(mk):
+    from fusedmoe.config import Routing
+    cfg = mk.config(E=8, k=2, H=32, I=16, dtype="float32")
+    w = mk.weights(cfg, seed=3)
+    shared = torch.nn.Linear(32, 32)
+    ex = _DirectPassThrough(cfg, w)
+    m = ModularKernel(NoEP(), ex, shared_experts=shared, chunk_size=8)
+    with torch.no_grad():
+        for T, direct in ((1, 1), (2, 2), (5, 2)):            # 5 tokens: None -> the modular path
+            x = mk.x(cfg, T, seed=T)
+            tw, ti = mk.topk(T, 8, 2, seed=T)
+            assert torch.equal(m(x, tw, ti), x + shared(x))  # shared experts added once either way
+            assert ex.direct_calls == direct
+    # top-1 with the router weight on the input: prepare scales x, so no direct path
+    cfg1 = mk.config(E=8, k=1, H=32, I=16, dtype="float32").replace(routing=Routing(apply_router_weight_on_input=True))
+    ex1 = _DirectPassThrough(cfg1, w)
+    m1 = ModularKernel(NoEP(), ex1)
+    assert m1._direct is None
+    x = mk.x(cfg1, 2, seed=9)
+    tw, ti = mk.topk(2, 8, 1, seed=9)
+    assert torch.allclose(m1(x, tw, ti), x * tw[:, :1]) and ex1.direct_calls == 0
+
+
+def test_triton_decode_direct_path_matches_modular_path(mk):
+    # the triton backend's decode calls go through ``direct`` (no prepare / workspace /
+    # finalize); the same experts through the modular path (apply) agree bitwise, with an
+    # expert map (EP rank 1 of 2) and T = 1, 3
+    cfg = mk.config(E=8, k=2, H=64, I=32, dtype="float32", parallel=ParallelConfig(ep_size=2, ep_rank=1))
+    w = mk.weights(cfg, seed=11)
+    pe = prepare_experts(cfg, w, "triton")
+    m = pe.kernel
+    assert m._direct is not None
+    for T in (1, 3):
+        x = mk.x(cfg, T, seed=T)
+        tw, ti = mk.topk(T, 8, 2, seed=T)
+        a = pe(x, tw, ti)
+        saved, m._direct = m._direct, None
+        try:
+            b = pe(x, tw, ti)
+        finally:
+            m._direct = saved
+        assert torch.equal(a, b)
+        ref = reference_moe(x, w, tw, ti, cfg)
+        assert rel_error(a, ref) < tolerance("float32", "none")
