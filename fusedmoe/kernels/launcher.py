@@ -416,7 +416,9 @@ class Bound:
       * fast launches off, ``reset()`` since binding, the kernel's fast path disabled, launch
         hooks set, or another device current than at binding.
     The fixed arguments are the caller's promise: a ``Bound`` is only as right as the key it
-    was built under (the caller keys it on everything but the slot tensors' data).
+    was built under (the caller keys it on everything but the slot tensors' data). A Bound
+    keeps the last call's slot tensors referenced until the next call (decode-sized here),
+    and one Bound must not be called from two threads at once (its argument list is reused).
     """
 
     __slots__ = ("kernel", "grid", "args", "slots", "constexprs", "num_warps", "num_stages", "pdl", "sig",
