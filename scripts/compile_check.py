@@ -70,6 +70,35 @@ def main() -> int:
                 (f"{name} T={T} gemm1 pdl", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True)),
                 (f"{name} T={T} gemm2 pdl", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True)),
             ]
+    # the W8A8 decode chain (fp8 per token, fp8 1x128 groups): quantization kernels with PDL,
+    # GEMM1 waiting for x, GEMM2 for h
+    from fusedmoe.kernels import quantize as qk
+    fp8 = torch.float8_e4m3fn
+    E, H, I, k, T = 128, 2048, 768, 8, 1
+    w13, w2 = torch.empty(E, 2 * I, H, dtype=fp8), torch.empty(E, H, I, dtype=fp8)
+    ids, tw = torch.zeros(T, k, dtype=torch.int32), torch.empty(T, k)
+    xq, h, hq = torch.empty(T, H, dtype=fp8), torch.empty(T * k, I, dtype=bf), torch.empty(T * k, I, dtype=fp8)
+    out = torch.empty(T, H, dtype=bf)
+    for quant, xs, hs, s13, s2, blk in (
+            ("channel", torch.empty(T, 1), torch.empty(T * k, 1), torch.empty(E, 2 * I), torch.empty(E, H), None),
+            ("block", torch.empty(T, H // 128), torch.empty(T * k, I // 128), torch.empty(E, 2 * I // 128, H // 128),
+             torch.empty(E, H // 128, I // 128), (128, 128))):
+        q = dict(quant=quant, block_shape=blk)
+        cases += [
+            (f"fp8 {quant} gemm1 pdl_wait", dk.gemm1_launch(xq, w13, ids, "silu", h, a_scale=xs, b_scale=s13,
+                                                             pdl=True, pdl_wait=True, **q)),
+            (f"fp8 {quant} gemm2 pdl", dk.gemm2_launch(hq, w2, ids, tw, out, a_scale=hs, b_scale=s2, pdl=True, **q)),
+        ]
+    for qt, qd in (("fp8", fp8), ("int8", torch.int8)):
+        cases.append((f"quant rows pdl {qt}", (qk._quant_rows_kernel, (1,), (
+            torch.empty(1, H, dtype=bf), torch.empty(1, H, dtype=qd), torch.empty(1), torch.empty(1), torch.empty(1),
+            H, 1, H, H), dict(MODE="token", QTYPE=qt, QMAX=448.0 if qt == "fp8" else 127.0, BITWISE_FP8=False,
+                              HAS_COUNTS=False, BLOCK_K=2048, ONE_CHUNK=True, PDL=True), 4, None, True)))
+    cases.append(("quant group pdl", (qk._quant_group_kernel, (1, 1), (
+        torch.empty(1, H, dtype=bf), torch.empty(1, H, dtype=fp8), torch.empty(1, H // 128), torch.empty(1),
+        H, H // 128, 1, H, H, H // 128),
+        dict(GROUP=128, GROUP_P2=128, GROUPS_PER_PROG=16, POW2=False, BITWISE_FP8=False, HAS_COUNTS=False,
+             PDL=True), 4, None, True)))
     bad = 0
     for label, spec in cases:
         t0 = time.perf_counter()

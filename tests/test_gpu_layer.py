@@ -170,3 +170,39 @@ def test_module_forward_graph_capture_and_compile():
         assert torch.equal(gout, layer(x2, l2))
         compiled = torch.compile(layer, fullgraph=True)
         assert rel_error(compiled(x2, l2), gout) <= tolerance(cfg.dtype, "none")
+
+
+@pytest.mark.parametrize("quant", ["none", "fp8_channel", "int8_channel", "fp8_block"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_decode_pdl_chain_equals_plain_launches(quant, T, monkeypatch):
+    # decode: GEMM2 a programmatic dependent launch of GEMM1 (16-bit), or the W8A8 chain
+    # quantize x -> GEMM1 -> requantize h -> GEMM2 (each a dependent of the one before, the
+    # GEMMs loading weights before they wait): bitwise what ordinary launches give, eager
+    # and under CUDA-graph replay, with an expert map (EP rank 1 of 2)
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm90+")
+    cfg = MoEConfig(32, 4, 256, 256, parallel=ParallelConfig(ep_size=2, ep_rank=1))
+    w = _weights(cfg, quant)
+    x, tw, ti = _routed(cfg, T, seed=T + 7)
+    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "64")          # T = 3 on the decode path too
+    outs = {}
+    for pdl in ("0", "1"):
+        monkeypatch.setenv("FUSEDMOE_DECODE_PDL", pdl)
+        pe = prepare_experts(cfg, w, "triton")
+        assert pe.kernel.experts.pdl == (pdl == "1")
+        eager = [pe(x, tw, ti).clone() for _ in range(3)]
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            pe(x, tw, ti)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            o = pe(x, tw, ti)
+        g.replay()
+        torch.cuda.synchronize()
+        outs[pdl] = eager + [o.clone()]
+    for a in outs["0"] + outs["1"]:
+        assert torch.equal(a, outs["0"][0])
+    ref = reference_moe(x, w, tw, ti, cfg)
+    assert rel_error(outs["1"][0], ref) <= tolerance(cfg.dtype, quant)

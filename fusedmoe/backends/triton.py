@@ -125,10 +125,14 @@ class TritonExperts(Experts):
         self._plans: dict = {}      # decode: shape key -> the two bound launches (_apply_decode)
         # decode GEMM2 as a programmatic dependent launch of GEMM1 (sm90+): its programs
         # load their first weight tile while GEMM1 finishes (kernels/decode.py gemm2_launch).
-        # H100, T=1, graphs: qwen3 29.3 -> 27.5 us, deepseek tp8 34.8 -> 33.3, Mixtral 230.0
-        # -> 228.5. Not for W8A8: the requantization kernel sits between the GEMMs (measured
-        # +0.5 us at T=1 for fp8_channel qwen3 and fp8_block deepseek)
-        self.pdl = decode_pdl_ok(platform) and not self.quantized
+        # H100, T=1, graphs: qwen3 29.3 -> 27.5 us, deepseek tp8 34.8 -> 33.1, Mixtral 230.0
+        # -> 228.5. W8A8: the four launches (quantize x, GEMM1, requantize h, GEMM2) as one
+        # PDL chain, each GEMM loading its first weight tile before waiting for its input
+        # (per-token and group schemes; fp8_tensor's dynamic scale takes two kernels, and a
+        # GEMM2 behind a quantization kernel that does not let it launch early measured
+        # +0.5 us: no PDL there)
+        self.pdl_chain = self.quantized and self.scheme.method != QuantMethod.FP8_TENSOR and decode_pdl_ok(platform)
+        self.pdl = decode_pdl_ok(platform) and (not self.quantized or self.pdl_chain)
         # (both decode GEMMs in one launch, kernels/decode.py fused_launch, measured slower
         # than the two with PDL on the H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8
         # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
@@ -185,11 +189,11 @@ class TritonExperts(Experts):
             return self._apply_decode(prep, ws, expert_map)
         return self._apply_grouped(prep, ws, expert_map)
 
-    def _quant(self, a, static_scale):
+    def _quant(self, a, static_scale, pdl=False):
         """A GEMM input for W8A8 schemes, quantized by its own kernel: (a, None) for 16-bit."""
         if not self.quantized:
             return a, None
-        return quantize_activation(a, self.scheme, static_scale)
+        return quantize_activation(a, self.scheme, static_scale, pdl=pdl)
 
     def _must_zero_h(self, expert_map) -> bool:
         # dropped slots' rows are never written; a dynamic per-tensor amax must not see garbage
@@ -217,7 +221,8 @@ class TritonExperts(Experts):
         gemm1_launch / gemm2_launch) and binds them (launcher.Bound); later calls only put
         this call's tensors into their slots: a decode forward's host time is mostly this
         Python (docs/BENCHMARKS.md, eager)."""
-        x, x_scale = self._quant(x, self.weights.a13_scale)
+        chain = self.pdl_chain
+        x, x_scale = self._quant(x, self.weights.a13_scale, chain)
         key = (ids.shape, x.stride(), None if expert_map is None else expert_map.shape)
         plan = self._plans.get(key)
         if self._must_zero_h(expert_map):
@@ -233,7 +238,7 @@ class TritonExperts(Experts):
             b1.fast(x, h, flat, emap)
         else:
             b1.fast(x, h, flat, emap, x_scale)
-        hq, h_scale = self._quant(h, self.weights.a2_scale)
+        hq, h_scale = self._quant(h, self.weights.a2_scale, chain)
         if h_scale is None:
             b2.fast(hq, out, tw, flat, emap)
         else:
@@ -248,10 +253,10 @@ class TritonExperts(Experts):
         names = ("out", "ids", "map")
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
                             swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                            a_scale=x_scale, b_scale=w.w13_scale, pdl=self.pdl, **q)
+                            a_scale=x_scale, b_scale=w.w13_scale, pdl=self.pdl, pdl_wait=self.pdl_chain, **q)
         slots = [S1[n] for n in ("x",) + names + (("a_scale",) if x_scale is not None else ())]
         b1 = bind(*spec, slots=slots)
-        hq, h_scale = self._quant(h, w.a2_scale)
+        hq, h_scale = self._quant(h, w.a2_scale, self.pdl_chain)
         spec = gemm2_launch(hq, w.w2, ids, tw, out, expert_map=expert_map,
                             mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                             a_scale=h_scale, b_scale=w.w2_scale, pdl=self.pdl, **q)
@@ -319,10 +324,11 @@ def _variants(config, quant, platform):
     dp = decode_pairs(config, quant.method != QuantMethod.NONE)
     for T in BUCKETS:
         if T * config.top_k <= dp:
-            pdl = quant.method == QuantMethod.NONE and decode_pdl_ok(platform)
+            pdl = decode_pdl_ok(platform) and quant.method != QuantMethod.FP8_TENSOR
+            chain = ("; quantize x, GEMM1, requantize h, GEMM2 as one programmatic dependent launch chain"
+                     if quant.method != QuantMethod.NONE else "; GEMM2 a programmatic dependent launch of GEMM1")
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
-                             "GEMM2 per (token, N tile) with the k-sum fused, no reduce"
-                             + ("; GEMM2 a programmatic dependent launch of GEMM1" if pdl else ""))
+                             "GEMM2 per (token, N tile) with the k-sum fused, no reduce" + (chain if pdl else ""))
             continue
         c1, c2 = lc.get(T)
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "

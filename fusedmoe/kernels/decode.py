@@ -48,14 +48,7 @@ import triton.language as tl
 
 from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import _abs_bits, _quantize, _scale_from_amax_bits
-
-try:  # grid dependency control (programmatic dependent launch, sm90+)
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-    HAS_GDC = True
-except ImportError:  # pragma: no cover - traced only with PDL on, which needs them
-    HAS_GDC = False
-    gdc_launch_dependents = gdc_wait = None
+from .quantize import HAS_GDC, _abs_bits, _quantize, _scale_from_amax_bits, gdc_launch_dependents, gdc_wait  # noqa: F401
 
 @triton.jit
 def _local_experts(ids_ptr, map_ptr, s, ok, num_global, E, HAS_MAP: tl.constexpr):
@@ -266,9 +259,10 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
                 INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                 POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                PREFETCH: tl.constexpr):
+                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0):
     """GEMM1 for pair s (int64), N tile pid_n; R = 2 weight row groups (gate, up) or 1. A
-    dropped pair writes nothing (its h row is never read)."""
+    dropped pair writes nothing (its h row is never read). WAIT 1: x is the previous
+    kernel's output (``_rows_dot``)."""
     R: tl.constexpr = 2 if GATED else 1
     r = tl.arange(0, R)
     e = _local_experts(ids_ptr, map_ptr, s + r * 0, r >= 0, num_global, E, HAS_MAP)      # [R], equal
@@ -284,7 +278,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
         acc, sa_tok = _rows_dot(x_rows, stride_xk, w_ptr + e64[:, None] * stride_we + wrows * stride_wn, stride_wk,
                                 K, K + r * 0, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
                                 stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                                R, BLOCK_N, BLOCK_K, PREFETCH)
+                                R, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
         acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e64 * stride_bias_e, wrows, stride_bsn,
                         stride_bias_n, A_SCALE, B_SCALE, HAS_BIAS, QA)
         g = tl.sum(tl.where(r[:, None] == 0, acc, 0.0), axis=0)                    # [BN]
@@ -343,10 +337,12 @@ def _decode_gemm1_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
 ):
-    """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2) launch as soon as
-    every program of this grid runs."""
+    """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2, or the
+    requantization of h) launch as soon as every program of this grid runs. PDL_WAIT: this
+    grid is itself a programmatic dependent of the kernel that wrote x (the quantization of
+    x): the first weight tile is loaded before waiting for it."""
     if PDL:
         gdc_launch_dependents()
     _gemm1_item(tl.program_id(0), tl.program_id(1).to(tl.int64), x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr,
@@ -354,7 +350,7 @@ def _decode_gemm1_kernel(
                 stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
                 stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N, GROUP_K,
-                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH)
+                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -577,12 +573,15 @@ GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
 
 def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=None, swiglu_limit=None,
                  alpha=1.702, limit=7.0, quant="none", a_scale=None, b_scale=None, block_shape=None,
-                 config=None, quantize_a=None, scale_pow2=False, pdl=False) -> tuple:
+                 config=None, quantize_a=None, scale_pow2=False, pdl=False, pdl_wait=False) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of
     ``decode_gemm1``'s launch (T > 0, out given): for ``launch(*spec)`` or
     ``launcher.bind(*spec, slots=...)`` (GEMM1_SLOTS; ``topk_ids.view(-1)`` is the ids slot,
     and the map slot when ``expert_map`` is None). ``pdl``: let the next kernel, launched
-    with ``pdl`` (``gemm2_launch``), start before this one ends (sm90+)."""
+    with ``pdl`` (``gemm2_launch``), start before this one ends (sm90+). ``pdl_wait``: this
+    launch is itself a programmatic dependent of the kernel that wrote x (a quantization
+    launched with ``pdl``): weights first, then x."""
+    assert not (pdl_wait and quantize_a is not None), "PDL: x is read after the wait; quantize_a reads it before"
     T, k = topk_ids.shape
     N13, K = w13.shape[1:]
     act = ACTIVATIONS[activation]
@@ -596,8 +595,8 @@ def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=Non
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
-    ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, PDL=pdl, **consts),
-        config.get("num_warps", 4), None, False)
+    ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, PDL=pdl, PDL_WAIT=pdl_wait,
+            **consts), config.get("num_warps", 4), None, pdl_wait)
 
 
 def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,

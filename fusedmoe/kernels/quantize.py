@@ -36,6 +36,13 @@ import triton.language as tl
 from ..config import Activation
 from .launcher import cdiv, launch, next_power_of_2
 
+try:  # grid dependency control (programmatic dependent launch, sm90+)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    HAS_GDC = True
+except ImportError:  # pragma: no cover - traced only with PDL on, which needs them
+    HAS_GDC = False
+    gdc_launch_dependents = gdc_wait = None
+
 __all__ = ["FP8_MAX", "INT8_MAX", "quant_fp8_tensor", "quant_fp8_token", "quant_fp8_group",
            "quant_int8_token", "act_and_quant"]
 
@@ -206,9 +213,14 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, K, T_
                        stride_xm, stride_qm,
                        MODE: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                        BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
-                       BLOCK_K: tl.constexpr, ONE_CHUNK: tl.constexpr):
+                       BLOCK_K: tl.constexpr, ONE_CHUNK: tl.constexpr, PDL: tl.constexpr = False):
     """One row per program. MODE "token": scale_ptr [T] is written; "tensor_static": scale_ptr
-    [1] is read; "tensor_dynamic": the scale comes from amax_bits_ptr, program 0 writes it."""
+    [1] is read; "tensor_dynamic": the scale comes from amax_bits_ptr, program 0 writes it.
+    PDL (a programmatic dependent launch in a chain): let the next kernel launch now, wait
+    for the previous one before reading x."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     row = tl.program_id(0)
     if MODE == "tensor_dynamic":
         scale = _scale_from_amax_bits(tl.load(amax_bits_ptr), QMAX, False)
@@ -245,8 +257,13 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, K, T_
 def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, K, G, T_MAX,
                         stride_xm, stride_qm, stride_sm,
                         GROUP: tl.constexpr, GROUP_P2: tl.constexpr, GROUPS_PER_PROG: tl.constexpr,
-                        POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr):
-    """Program (row, j) quantizes groups [j*GPP, (j+1)*GPP) of one row as a [GPP, g] tile."""
+                        POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
+                        PDL: tl.constexpr = False):
+    """Program (row, j) quantizes groups [j*GPP, (j+1)*GPP) of one row as a [GPP, g] tile.
+    PDL as in ``_quant_rows_kernel``."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     row = tl.program_id(0)
     if _row_is_padding(row, counts_ptr, T_MAX, HAS_COUNTS):
         return
@@ -343,7 +360,7 @@ def _block_k(K: int) -> int:
     return min(next_power_of_2(max(K, 16)), _MAX_BLOCK_K)
 
 
-def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None):
+def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False):
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
     T, K = x2.shape
@@ -355,7 +372,7 @@ def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None):
             counts if counts is not None else scale, K, max(t_max, 1), x2.stride(0), q2.stride(0)),
            dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
                 BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
-                BLOCK_K=bk, ONE_CHUNK=K <= bk), num_warps=8 if bk >= 2048 else 4)
+                BLOCK_K=bk, ONE_CHUNK=K <= bk, PDL=pdl), num_warps=8 if bk >= 2048 else 4, launch_pdl=pdl)
 
 
 def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor] = None,
@@ -387,31 +404,37 @@ def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor]
     return q, s
 
 
-def _quant_token(x, dtype, qtype, out, out_scale, counts):
+def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False):
     q = out if out is not None else torch.empty(x.shape, dtype=dtype, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
                                                             device=x.device)
-    _launch_rows(x, q, s, "token", qtype, counts)
+    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl)
     return q, s
 
 
 def quant_fp8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
-                    out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None):
-    """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., 1]); scale per row = amax / 448."""
-    return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts)
+                    out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
+                    pdl: bool = False):
+    """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., 1]); scale per row = amax / 448.
+    ``pdl`` (sm90+): a programmatic dependent launch that also lets the next kernel launch
+    early (the decode chain of the triton backend)."""
+    return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts, pdl)
 
 
 def quant_int8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
-                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None):
-    """x float [..., K] -> (int8 [..., K], fp32 [..., 1]); scale = amax / 127, round half to even."""
-    return _quant_token(x, torch.int8, "int8", out, out_scale, counts)
+                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
+                     pdl: bool = False):
+    """x float [..., K] -> (int8 [..., K], fp32 [..., 1]); scale = amax / 127, round half to even.
+    ``pdl`` as in ``quant_fp8_token``."""
+    return _quant_token(x, torch.int8, "int8", out, out_scale, counts, pdl)
 
 
 def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
                     out: Optional[torch.Tensor] = None, out_scale: Optional[torch.Tensor] = None,
-                    counts: Optional[torch.Tensor] = None):
+                    counts: Optional[torch.Tensor] = None, pdl: bool = False):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., G]), 1 x group blocks; the last
-    group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style)."""
+    group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style). ``pdl``
+    as in ``quant_fp8_token``."""
     K = x.shape[-1]
     G = cdiv(K, group)
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
@@ -427,7 +450,8 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
            (x2, _q_arg(q2), s2, counts if counts is not None else s2, K, G, max(t_max, 1),
             x2.stride(0), q2.stride(0), s2.stride(0)),
            dict(GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
-                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None), num_warps=4)
+                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, PDL=pdl), num_warps=4,
+           launch_pdl=pdl)
     return q, s
 
 

@@ -22,18 +22,22 @@ __all__ = ["NoEP", "LocalBatched", "quantize_activation"]
 
 
 def quantize_activation(x: torch.Tensor, scheme, static_scale: Optional[torch.Tensor] = None,
-                        counts: Optional[torch.Tensor] = None):
+                        counts: Optional[torch.Tensor] = None, pdl: bool = False):
     """Quantize a GEMM input the way ``scheme`` does -> (q, scale).
 
     x [M, K], or batched [E_loc, T_max, K] with ``counts`` [E_loc] (rows past a count are
     padding: ignored by the per-tensor amax, never read later). Triton kernels on CUDA, the
-    plain-torch reference elsewhere (same numerics)."""
+    plain-torch reference elsewhere (same numerics). ``pdl`` (CUDA sm90+, per-token and group
+    schemes; ignored by the per-tensor ones): the kernel is a link of a programmatic
+    dependent launch chain (kernels/quantize.py ``quant_fp8_token``)."""
     m = scheme.method
     kw = {}
     if x.is_cuda:
         from ..kernels import quantize as qk
         if counts is not None:
             kw["counts"] = counts
+        if pdl and m != QuantMethod.FP8_TENSOR:
+            kw["pdl"] = True
     else:
         from ..reference import quant as qk
         if counts is not None:   # zero the padding rows: zeros never raise an amax
