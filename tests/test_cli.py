@@ -218,3 +218,26 @@ def test_python_m_help_lists_commands():
     assert p.returncode == 0, p.stderr
     for cmd in ("demo", "explain", "backends", "models", "check", "bench", "tune"):
         assert cmd in p.stdout, cmd
+
+
+@pytest.mark.parametrize("quant,want", [("none", "GEMM2 a programmatic dependent launch"),
+                                        ("fp8_channel", "one programmatic dependent launch chain"),
+                                        ("fp8_block", "one programmatic dependent launch chain"),
+                                        ("fp8_tensor", None)])
+def test_explain_says_how_decode_launches_are_chained(quant, want, monkeypatch):
+    # the selection report's decode row names the PDL chaining the backend will use on an
+    # H100 (none for fp8_tensor: its dynamic scale takes two kernels), none with
+    # FUSEDMOE_DECODE_PDL=0 or on a CPU platform
+    from fusedmoe.backends.triton import _variants
+    from fusedmoe.config import QuantScheme
+    from fusedmoe.platform import Platform
+    from fusedmoe.presets import get_preset
+    cfg = get_preset("qwen3-30b-a3b").to_config()
+    row = _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))["T=1"]
+    assert row.startswith("decode kernels")
+    assert (want in row) if want else ("programmatic" not in row)
+    monkeypatch.setenv("FUSEDMOE_DECODE_PDL", "0")
+    assert "programmatic" not in _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))["T=1"]
+    monkeypatch.delenv("FUSEDMOE_DECODE_PDL")
+    cpu = Platform("cpu", "cpu", None, 0.0, 2, True, True)
+    assert "programmatic" not in _variants(cfg, QuantScheme.parse(quant), cpu)["T=1"]
