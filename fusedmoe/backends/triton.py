@@ -211,21 +211,23 @@ class TritonExperts(Experts):
         T, k = topk_ids.shape
         if T * k > self.decode_pairs:
             return None
-        plan = self._plans.get((topk_ids.shape, x.stride(), None if expert_map is None else expert_map.shape))
-        h = plan[2] if plan is not None else None
-        if h is None or h.device != x.device:
-            h = torch.empty(T * k, self.config.intermediate_size, dtype=x.dtype, device=x.device)
-        return self._decode(x, topk_weights, topk_ids, h, torch.empty_like(x), expert_map)
+        return self._decode(x, topk_weights, topk_ids, None, torch.empty_like(x), expert_map)
 
     def _decode(self, x, tw, ids, h, out, expert_map):
         """The two decode launches. The first call per shape builds them (kernels/decode.py
         gemm1_launch / gemm2_launch) and binds them (launcher.Bound); later calls only put
         this call's tensors into their slots: a decode forward's host time is mostly this
-        Python (docs/BENCHMARKS.md, eager)."""
+        Python (docs/BENCHMARKS.md, eager). ``h`` None: the plan's (allocated at its first
+        call)."""
         chain = self.pdl_chain
         x, x_scale = self._quant(x, self.weights.a13_scale, chain)
         key = (ids.shape, x.stride(), None if expert_map is None else expert_map.shape)
         plan = self._plans.get(key)
+        if h is None:
+            h = plan[2] if plan is not None else None
+            if h is None or h.device != x.device:
+                h = torch.empty(ids.numel(), self.config.intermediate_size, dtype=self.config.torch_dtype,
+                                device=x.device)
         if self._must_zero_h(expert_map):
             h.zero_()
         # the kernels take the ids as a flat pointer: the [T, k] tensor itself (contiguous,

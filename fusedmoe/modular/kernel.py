@@ -110,29 +110,20 @@ class ModularKernel:
         if self.experts.is_monolithic:
             raise InputError("topk_ids", "given", "router logits for a monolithic kernel",
                              "call the monolithic kernel with router_logits")
-        k = topk_ids.shape[1]
-        direct = self._direct
-        token = self._pin()
-        try:
-            if direct is not None and T <= self.chunk_size:
-                out = direct(x, topk_weights, topk_ids, expert_map)
-                if out is not None:
-                    if self.shared_experts is not None:
-                        out.add_(self.shared_experts(x))
-                    return out
-        finally:
-            self._unpin(token)
-        out = torch.empty_like(x)                                            # [T, H]
-        device = x.device
         C = self.chunk_size
         token = self._pin()
         try:
-            if T <= C:      # one chunk (decode, most prefill): no views to build
-                self._chunk(x, topk_weights, topk_ids, out, k, device, expert_map)
-            else:
-                for s in range(0, T, C):
-                    e = min(s + C, T)
-                    self._chunk(x[s:e], topk_weights[s:e], topk_ids[s:e], out[s:e], k, device, expert_map)
+            # the experts may serve the call whole (direct); else prepare -> experts -> finalize
+            out = self._direct(x, topk_weights, topk_ids, expert_map) if self._direct and T <= C else None
+            if out is None:
+                out = torch.empty_like(x)                                    # [T, H]
+                k, device = topk_ids.shape[1], x.device
+                if T <= C:      # one chunk (decode, most prefill): no views to build
+                    self._chunk(x, topk_weights, topk_ids, out, k, device, expert_map)
+                else:
+                    for s in range(0, T, C):
+                        e = min(s + C, T)
+                        self._chunk(x[s:e], topk_weights[s:e], topk_ids[s:e], out[s:e], k, device, expert_map)
         finally:
             self._unpin(token)
         if self.shared_experts is not None:
