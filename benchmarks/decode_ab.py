@@ -11,6 +11,10 @@ C. The layer through ``prepare_experts('triton')`` with FUSEDMOE_DECODE_PAIRS=0 
    path) and =4096 (decode path) at T = 1, 2, 4, 8, 16: graph and eager µs and % of the
    weight-read roofline; bf16 for the three presets, fp8_channel (qwen3), fp8_block
    (deepseek tp8).
+D. W8A8 schemes at T = 1..16 (--d-cases, --d-tokens): decode kernels with x and h quantized
+   (FUSEDMOE_W8A8_DECODE=a8), decode kernels with 16-bit activations (a16, the default), and
+   the grouped path; graph / eager µs and the ratio to the 8-bit weight-read roofline.
+   ``--a16`` makes section A sweep the W8A8 GEMMs with 16-bit activations.
 Prints tables and writes every figure to the JSON.
 """
 from __future__ import annotations
@@ -32,10 +36,11 @@ from fusedmoe.presets import get_preset
 SHAPES = [("qwen3-30b-a3b", 1), ("deepseek-v3", 8), ("mixtral-8x7b", 1)]
 
 
-def kernel_sweep(cfg, w, sets, bw, quick, scheme="none"):
+def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False):
     """Section A for one shape and scheme: every config's time per GEMM, and the default.
-    W8A8 schemes run as the backend does: x and h quantized by the quantization kernels
-    beforehand (untimed here), the GEMMs on the 8-bit operands."""
+    W8A8 schemes run as the backend does with FUSEDMOE_W8A8_DECODE=a8: x and h quantized by
+    the quantization kernels beforehand (untimed here), the GEMMs on the 8-bit operands;
+    ``a16``: 16-bit x and h against the 8-bit weights (the default decode math)."""
     from fusedmoe.modular.prepare_finalize import quantize_activation
     H, I, k = cfg.hidden_size, cfg.intermediate_size, cfg.top_k
     esize = 1 if scheme != "none" else 2
@@ -45,9 +50,10 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none"):
         blk = w.scheme.block_shape if quant == "block" else None
         q1 = dict(quant=quant, block_shape=blk, b_scale=w.w13_scale)
         q2 = dict(quant=quant, block_shape=blk, b_scale=w.w2_scale)
-    a1 = [quantize_activation(s.x, w.scheme) if esize == 1 else (s.x, None) for s in sets]     # (x, scale)
+    qa = esize == 1 and not a16
+    a1 = [quantize_activation(s.x, w.scheme) if qa else (s.x, None) for s in sets]     # (x, scale)
     hs = [decode_gemm1(x, w.w13, s.topk_ids, "silu", a_scale=xs, **q1) for s, (x, xs) in zip(sets, a1)]
-    a2 = [quantize_activation(h, w.scheme) if esize == 1 else (h, None) for h in hs]           # (h, scale)
+    a2 = [quantize_activation(h, w.scheme) if qa else (h, None) for h in hs]           # (h, scale)
     hit = sum(s.experts_hit for s in sets) / len(sets)
     bytes1 = hit * 2 * I * H * esize
     bytes2 = hit * H * I * esize
@@ -112,14 +118,13 @@ def layer_ab(name, tp, scheme, bw, tokens):
 VARIANTS = {"two": dict(FUSEDMOE_DECODE_PDL="0"), "pdl": dict(FUSEDMOE_DECODE_PDL="1")}
 
 
-def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
-    """Section B: the layer's decode path as two launches, or two with GEMM2 a programmatic
-    dependent launch of GEMM1 (FUSEDMOE_DECODE_PDL); rounds alternate, best of each."""
+def variants_ab(name, tp, scheme, bw, tokens, variants, rounds=3):
+    """The layer at each T under each variant's environment, rounds alternating, best of each
+    (graph and eager µs, the check, whether the call quantized its activations)."""
     cfg = get_preset(name).to_config(tp=tp)
     w = hz.make_weights(cfg, scheme, "cuda", seed=0)
     per_expert = hz.expert_bytes(cfg.hidden_size, cfg.intermediate_size, scheme)
     rows = []
-    variants = VARIANTS
     for T in tokens:
         sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=0)
         roof = hz.moe_bytes(T, cfg.hidden_size, sets.experts_hit, per_expert) / (bw * 1e9) * 1e6
@@ -130,23 +135,48 @@ def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
                 pe = prepare_experts(cfg, w, "triton")
                 chk = hz.check_against(pe, hz.make_check_case(cfg, w, T, "cuda"))
                 t = hz.time_impl(pe, sets, graph=True, eager=True)
-                b = best.setdefault(var, dict(us_graph=t.us_graph, us_eager=t.us_eager, ok=chk.ok))
+                b = best.setdefault(var, dict(us_graph=t.us_graph, us_eager=t.us_eager, ok=chk.ok,
+                                              err=chk.rel_err, qa=pe.quantizes_activations(T)))
                 b["us_graph"] = min(b["us_graph"], t.us_graph)
                 b["us_eager"] = min(b["us_eager"], t.us_eager)
                 b["ok"] = b["ok"] and chk.ok
-        os.environ.pop("FUSEDMOE_DECODE_PDL", None)
+        for env in variants.values():
+            for key in env:
+                os.environ.pop(key, None)
         for var, b in best.items():
             rows.append(dict(model=name, tp=tp, scheme=scheme, T=T, variant=var, roof_us=roof,
-                             pct=100 * roof / b["us_graph"], **b))
+                             pct=100 * roof / b["us_graph"], ratio=b["us_graph"] / roof, **b))
     return rows
+
+
+def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
+    """Section B: the layer's decode path as two launches, or two with GEMM2 a programmatic
+    dependent launch of GEMM1 (FUSEDMOE_DECODE_PDL)."""
+    return variants_ab(name, tp, scheme, bw, tokens, VARIANTS, rounds)
+
+
+W8A8_MODES = {"a8": dict(FUSEDMOE_W8A8_DECODE="a8", FUSEDMOE_DECODE_PAIRS="4096"),
+              "a16": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096"),
+              "grouped": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="0")}
+
+
+def w8a8_ab(name, tp, scheme, bw, tokens, rounds=2):
+    """Section D: a W8A8 scheme's small-T forward three ways: decode kernels with x and h
+    quantized (a8, the PDL chain), decode kernels with 16-bit activations (a16), and the
+    grouped path; ratio = graph time / the 8-bit-weight-read roofline."""
+    return variants_ab(name, tp, scheme, bw, tokens, W8A8_MODES, rounds)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_ab.json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C,D")
     ap.add_argument("--schemes", default="none,fp8_channel,fp8_block", help="schemes of both sections")
+    ap.add_argument("--a16", action="store_true", help="section A: W8A8 schemes with 16-bit activations")
+    ap.add_argument("--d-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
+                    "deepseek-v3:8:fp8_block,qwen3-30b-a3b:1:fp8_tensor", help="section D: model:tp:scheme list")
+    ap.add_argument("--d-tokens", default="1,2,4,8,16")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     ceil = hz.measure_ceilings("cuda")
@@ -160,7 +190,7 @@ def main():
         cfg = get_preset(name).to_config(tp=tp)
         w = hz.make_weights(cfg, scheme, "cuda", seed=0)
         sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
-        rows, default = kernel_sweep(cfg, w, sets, bw, a.quick or name == "mixtral-8x7b", scheme)
+        rows, default = kernel_sweep(cfg, w, sets, bw, a.quick or name == "mixtral-8x7b", scheme, a.a16)
         res["A"][f"{name}/{scheme}"] = dict(rows=rows, default=default)
         for g in ("gemm1", "gemm2"):
             ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
@@ -193,6 +223,17 @@ def main():
                 print(f"C {name:14s} {scheme:11s} T={r['T']:<3d} {r['path']:8s} graph {r['us_graph'] or 0:7.1f} "
                       f"eager {r['us_eager'] or 0:7.1f} us  roof {r['roof_us']:6.1f}  "
                       f"{r['pct'] or 0:5.1f}%  ok={r['ok']} err={r['err']:.1e}", flush=True)
+            torch.cuda.empty_cache()
+    if "D" not in skip:
+        res["D"] = []
+        for case in a.d_cases.split(","):
+            name, tp, scheme = case.split(":")
+            rows = w8a8_ab(name, int(tp), scheme, bw, [int(t) for t in a.d_tokens.split(",")])
+            res["D"] += rows
+            for r in rows:
+                print(f"D {name:14s} {scheme:12s} T={r['T']:<3d} {r['variant']:8s} graph {r['us_graph']:7.2f} "
+                      f"eager {r['us_eager']:7.1f} us  roof {r['roof_us']:6.1f}  {r['ratio']:5.2f}x  "
+                      f"qa={int(r['qa'])} ok={r['ok']} err={r['err'] or float('nan'):.1e}", flush=True)
             torch.cuda.empty_cache()
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1, default=str)

@@ -19,6 +19,11 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | backends/triton.py)                                           |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
+| FUSEDMOE_W8A8_DECODE        | how the ``triton`` decode kernels compute W8A8 schemes:       |
+|                             | ``a16`` (default) reads the 8-bit weights and keeps the       |
+|                             | activations 16-bit (no quantization launches; more accurate); |
+|                             | ``a8`` quantizes x and h as the scheme does (bit-compatible   |
+|                             | with the grouped path's activation rounding)                  |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ
@@ -34,7 +39,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL")
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_W8A8_DECODE")
 
 
 def backend() -> str | None:
@@ -88,6 +93,17 @@ def decode_pairs() -> int | None:
 def decode_pdl() -> bool:
     """False when FUSEDMOE_DECODE_PDL is 0/false (on by default where the device has it)."""
     return os.environ.get("FUSEDMOE_DECODE_PDL", "1").strip() not in ("0", "false", "False")
+
+
+def w8a8_decode() -> str:
+    """FUSEDMOE_W8A8_DECODE: 'a16' (default) or 'a8'; a clear error otherwise."""
+    v = os.environ.get("FUSEDMOE_W8A8_DECODE", "").strip().lower()
+    if not v:
+        return "a16"
+    if v not in ("a16", "a8"):
+        raise ConfigError("FUSEDMOE_W8A8_DECODE", v, "'a16' or 'a8'",
+                          "unset it (a16: 16-bit activations at decode) or set FUSEDMOE_W8A8_DECODE=a8")
+    return v
 
 
 def log_level() -> str:

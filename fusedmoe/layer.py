@@ -106,6 +106,14 @@ class PreparedExperts:
         check_inputs(self.config, x, topk_weights, topk_ids, self.weights.device, self.data_checks)
         return self.run(x, topk_weights, topk_ids)
 
+    def quantizes_activations(self, num_tokens: int) -> bool:
+        """Whether a call with ``num_tokens`` tokens quantizes the GEMM inputs as the weight
+        scheme's W8A8 rule does. False for 16-bit and weight-only schemes, and for the
+        ``triton`` backend's decode-size calls with FUSEDMOE_W8A8_DECODE=a16 (the default):
+        those keep x and h 16-bit (``reference_moe(..., quantize_activations=False)``)."""
+        f = getattr(self.kernel.experts, "quantizes_activations", None)
+        return f(num_tokens) if f is not None else self.weights.scheme.method.quantizes_activations
+
     def run(self, x, topk_weights, topk_ids):
         """Without the input checks (the custom op calls this after checking)."""
         # kernels index with plain row-major strides: make views contiguous (free when they are)

@@ -376,3 +376,31 @@ def test_gpu_bench_times_graphs_and_checks_everything():
     loop = [r for r in ok if r.impl == "torch_loop"]
     assert loop and all(r.us_graph is None and "not capturable" in r.graph_note for r in loop)
     assert rep.summary["per_scheme"]["none"]["points"] == 2
+
+
+def test_check_case_matches_an_implementations_activation_math():
+    # an implementation that says a call keeps W8A8 activations 16-bit (fusedmoe's triton
+    # decode path) is checked against the reference without activation quantization at the
+    # 16-bit bound; one that quantizes, against the W8A8 reference at the scheme's bound
+    from fusedmoe.tolerances import tolerance
+    config = MoEConfig(6, 2, 256, 128, dtype="float32")
+    w = harness.make_weights(config, "fp8_channel", "cpu", seed=3)
+    case = harness.make_check_case(config, w, 5, "cpu")
+    s = case.inputs
+    ref16 = reference_moe(s.x, w, s.topk_weights, s.topk_ids, config, quantize_activations=False)
+
+    class Impl16:
+        def __call__(self, x, tw, ids):
+            return reference_moe(x, w, tw, ids, config, quantize_activations=False)
+
+        def quantizes_activations(self, T):
+            return False
+
+    r = harness.check_against(Impl16(), case)
+    assert r.ok and r.rel_err <= 1e-6 and r.tol == tolerance("float32", "none")
+    ref, tol = case.for_impl(Impl16())
+    assert torch.equal(ref, ref16)
+    # the W8A8 reference is >= 1e-3 away: the 16-bit impl fails the check made for a W8A8 one
+    plain = lambda x, tw, ids: reference_moe(x, w, tw, ids, config, quantize_activations=False)  # noqa: E731
+    r = harness.check_against(plain, case)
+    assert r.tol == tolerance("float32", "fp8_channel") and r.rel_err > 1e-3

@@ -220,19 +220,26 @@ def test_python_m_help_lists_commands():
         assert cmd in p.stdout, cmd
 
 
-@pytest.mark.parametrize("quant,want", [("none", "GEMM2 a programmatic dependent launch"),
-                                        ("fp8_channel", "one programmatic dependent launch chain"),
-                                        ("fp8_block", "one programmatic dependent launch chain"),
-                                        ("fp8_tensor", None)])
-def test_explain_says_how_decode_launches_are_chained(quant, want, monkeypatch):
+@pytest.mark.parametrize("quant,mode,want", [
+    ("none", "a16", "GEMM2 a programmatic dependent launch"),
+    ("fp8_channel", "a16", "GEMM2 a programmatic dependent launch"),
+    ("fp8_tensor", "a16", "GEMM2 a programmatic dependent launch"),
+    ("fp8_channel", "a8", "one programmatic dependent launch chain"),
+    ("fp8_block", "a8", "one programmatic dependent launch chain"),
+    ("fp8_tensor", "a8", None)])
+def test_explain_says_how_decode_launches_are_chained(quant, mode, want, monkeypatch):
     # the selection report's decode row names the PDL chaining the backend will use on an
-    # H100 (none for fp8_tensor: its dynamic scale takes two kernels), none with
-    # FUSEDMOE_DECODE_PDL=0 or on a CPU platform
+    # H100 (W8A8 with FUSEDMOE_W8A8_DECODE=a8: the quantization launches join the chain, none
+    # for fp8_tensor: its dynamic scale takes two kernels), none with FUSEDMOE_DECODE_PDL=0 or
+    # on a CPU platform; a16 (the default) says the activations stay 16-bit
     from fusedmoe.backends.triton import _variants
     from fusedmoe.config import QuantScheme
     from fusedmoe.platform import Platform
     from fusedmoe.presets import get_preset
+    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)
     cfg = get_preset("qwen3-30b-a3b").to_config()
+    row = _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))["T=1"]
+    assert ("16-bit activations" in row) == (quant != "none" and mode == "a16")
     row = _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))["T=1"]
     assert row.startswith("decode kernels")
     assert (want in row) if want else ("programmatic" not in row)

@@ -309,3 +309,13 @@ def test_env_backend_and_disabled(monkeypatch):
     assert env.debug()
     assert set(env.snapshot()) == {"FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_DEBUG"}
     assert set(env.VARIABLES) >= {"FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE"}
+
+
+def test_env_w8a8_decode(monkeypatch):
+    assert env.w8a8_decode() == "a16"                          # the default
+    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", " A8 ")
+    assert env.w8a8_decode() == "a8"
+    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "fp8")
+    with pytest.raises(ConfigError, match="FUSEDMOE_W8A8_DECODE='fp8'.*a16.*Fix"):
+        env.w8a8_decode()
+    assert "FUSEDMOE_W8A8_DECODE" in env.VARIABLES

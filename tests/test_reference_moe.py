@@ -318,3 +318,20 @@ def test_quantized_equals_dequantized_with_fake_quant(mk, scheme):
     # and the weights really are quantized: far from the float weights they came from
     w13f, w2f, b13, b2 = mk.float_weights(cfg, seed=101)
     assert rel_error(ref, naive_moe(x, w13f, w2f, tw, ti, cfg, b13, b2)) > 10 * SCHEME_BOUND
+
+
+@pytest.mark.parametrize("scheme", ["fp8_channel", "fp8_block", "int8_channel", "fp8_tensor"])
+def test_quantize_activations_false_is_the_dequantized_weights_in_full_precision(mk, scheme):
+    # quantize_activations=False (what the triton decode path computes for W8A8 by default):
+    # the scheme's 8-bit weights, dequantized, against unquantized x and h; it must differ
+    # from the W8A8 result by about the activation rounding (not be the same computation)
+    cfg = mk.config(E=6, k=2, H=256, I=128, dtype="float32")
+    w = mk.weights(cfg, scheme, seed=61)
+    x = mk.x(cfg, 9, seed=62)
+    tw, ti = mk.topk(9, 6, 2, seed=63)
+    a16 = reference_moe(x, w, tw, ti, cfg, quantize_activations=False)
+    w13, w2 = dequantized_weights(w)
+    dense = w.replace(w13=w13, w2=w2, w13_scale=None, w2_scale=None, a13_scale=None, a2_scale=None,
+                      scheme=QuantScheme())
+    assert rel_error(a16, reference_moe(x, dense, tw, ti, cfg)) <= TOL32
+    assert rel_error(a16, reference_moe(x, w, tw, ti, cfg)) > 1e-3

@@ -122,7 +122,6 @@ class TritonExperts(Experts):
         self.reduce = "deterministic"           # the atomic variant is kept for measurement only
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
-        self.decode_pairs = decode_pairs(config, self.scheme.method != QuantMethod.NONE)  # env read once
         self._plans: dict = {}      # decode: shape key -> the two bound launches (_apply_decode)
         # decode GEMM2 as a programmatic dependent launch of GEMM1 (sm90+): its programs
         # load their first weight tile while GEMM1 finishes (kernels/decode.py gemm2_launch).
@@ -132,8 +131,15 @@ class TritonExperts(Experts):
         # (per-token and group schemes; fp8_tensor's dynamic scale takes two kernels, and a
         # GEMM2 behind a quantization kernel that does not let it launch early measured
         # +0.5 us: no PDL there)
-        self.pdl_chain = self.quantized and self.scheme.method != QuantMethod.FP8_TENSOR and decode_pdl_ok(platform)
-        self.pdl = decode_pdl_ok(platform) and (not self.quantized or self.pdl_chain)
+        # W8A8 at decode keeps x and h 16-bit by default (FUSEDMOE_W8A8_DECODE=a16): the
+        # decode GEMMs run on the CUDA cores either way, so quantizing the activations buys no
+        # tensor-core rate there, only two launches (and their rounding); the 8-bit weights are
+        # what is read. quantizes_activations(T) says which math a call gets.
+        self.decode_a16 = self.quantized and env.w8a8_decode() == "a16"
+        self.pdl_chain = (self.quantized and not self.decode_a16 and self.scheme.method != QuantMethod.FP8_TENSOR
+                          and decode_pdl_ok(platform))
+        self.pdl = decode_pdl_ok(platform) and (not self.quantized or self.decode_a16 or self.pdl_chain)
+        self.decode_pairs = decode_pairs(config, self.quantized and not self.decode_a16)  # env read once
         # (both decode GEMMs in one launch, kernels/decode.py fused_launch, measured slower
         # than the two with PDL on the H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8
         # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
@@ -190,6 +196,20 @@ class TritonExperts(Experts):
             return self._apply_decode(prep, ws, expert_map)
         return self._apply_grouped(prep, ws, expert_map)
 
+    def quantizes_activations(self, T: int) -> bool:
+        """Whether a forward of T tokens quantizes x and h as the W8A8 scheme does (False for
+        16-bit schemes, and for decode-size calls with FUSEDMOE_W8A8_DECODE=a16: those match
+        ``reference_moe(..., quantize_activations=False)``)."""
+        if not self.quantized:
+            return False
+        return not (self.decode_a16 and T * self.config.top_k <= self.decode_pairs)
+
+    def _dquant(self, a, static_scale, pdl=False):
+        """A decode GEMM input: 16-bit as given with FUSEDMOE_W8A8_DECODE=a16, else ``_quant``."""
+        if self.decode_a16:
+            return a, None
+        return self._quant(a, static_scale, pdl)
+
     def _quant(self, a, static_scale, pdl=False):
         """A GEMM input for W8A8 schemes, quantized by its own kernel: (a, None) for 16-bit."""
         if not self.quantized:
@@ -200,6 +220,9 @@ class TritonExperts(Experts):
         # dropped slots' rows are never written; a dynamic per-tensor amax must not see garbage
         return (expert_map is not None and self.scheme.method == QuantMethod.FP8_TENSOR
                 and self.weights.a2_scale is None)
+
+    def _must_zero_decode_h(self, expert_map) -> bool:
+        return not self.decode_a16 and self._must_zero_h(expert_map)
 
     def _apply_decode(self, prep, ws, expert_map):
         return self._decode(prep.a1q, prep.topk_weights, prep.topk_ids, ws["h"], ws["out"], expert_map)
@@ -220,7 +243,7 @@ class TritonExperts(Experts):
         Python (docs/BENCHMARKS.md, eager). ``h`` None: the plan's (allocated at its first
         call)."""
         chain = self.pdl_chain
-        x, x_scale = self._quant(x, self.weights.a13_scale, chain)
+        x, x_scale = self._dquant(x, self.weights.a13_scale, chain)
         key = (ids.shape, x.stride(), None if expert_map is None else expert_map.shape)
         plan = self._plans.get(key)
         if h is None:
@@ -228,7 +251,7 @@ class TritonExperts(Experts):
             if h is None or h.device != x.device:
                 h = torch.empty(ids.numel(), self.config.intermediate_size, dtype=self.config.torch_dtype,
                                 device=x.device)
-        if self._must_zero_h(expert_map):
+        if self._must_zero_decode_h(expert_map):
             h.zero_()
         # the kernels take the ids as a flat pointer: the [T, k] tensor itself (contiguous,
         # PreparedExperts.run) fills the slot bound with its view(-1), without a new view
@@ -241,7 +264,7 @@ class TritonExperts(Experts):
             b1.fast(x, h, flat, emap)
         else:
             b1.fast(x, h, flat, emap, x_scale)
-        hq, h_scale = self._quant(h, self.weights.a2_scale, chain)
+        hq, h_scale = self._dquant(h, self.weights.a2_scale, chain)
         if h_scale is None:
             b2.fast(hq, out, tw, flat, emap)
         else:
@@ -259,7 +282,7 @@ class TritonExperts(Experts):
                             a_scale=x_scale, b_scale=w.w13_scale, pdl=self.pdl, pdl_wait=self.pdl_chain, **q)
         slots = [S1[n] for n in ("x",) + names + (("a_scale",) if x_scale is not None else ())]
         b1 = bind(*spec, slots=slots)
-        hq, h_scale = self._quant(h, w.a2_scale, self.pdl_chain)
+        hq, h_scale = self._dquant(h, w.a2_scale, self.pdl_chain)
         spec = gemm2_launch(hq, w.w2, ids, tw, out, expert_map=expert_map,
                             mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                             a_scale=h_scale, b_scale=w.w2_scale, pdl=self.pdl, **q)
@@ -324,14 +347,20 @@ def _variants(config, quant, platform):
     except Exception as e:  # Triton missing on a dry-run machine: say so instead of failing explain
         return {"all": f"(launch configs unavailable here: {e})"}
     out = {"source": lc.describe()}
-    dp = decode_pairs(config, quant.method != QuantMethod.NONE)
+    quantized = quant.method != QuantMethod.NONE
+    a16 = quantized and env.w8a8_decode() == "a16"
+    dp = decode_pairs(config, quantized and not a16)
     for T in BUCKETS:
         if T * config.top_k <= dp:
-            pdl = decode_pdl_ok(platform) and quant.method != QuantMethod.FP8_TENSOR
+            chained = quantized and not a16
+            pdl = decode_pdl_ok(platform) and not (chained and quant.method == QuantMethod.FP8_TENSOR)
             chain = ("; quantize x, GEMM1, requantize h, GEMM2 as one programmatic dependent launch chain"
-                     if quant.method != QuantMethod.NONE else "; GEMM2 a programmatic dependent launch of GEMM1")
+                     if chained else "; GEMM2 a programmatic dependent launch of GEMM1")
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
-                             "GEMM2 per (token, N tile) with the k-sum fused, no reduce" + (chain if pdl else ""))
+                             "GEMM2 per (token, N tile) with the k-sum fused, no reduce"
+                             + ("; 8-bit weights, 16-bit activations (FUSEDMOE_W8A8_DECODE=a16: "
+                                "no activation quantization at decode)" if a16 else "")
+                             + (chain if pdl else ""))
             continue
         c1, c2 = lc.get(T)
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "

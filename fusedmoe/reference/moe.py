@@ -41,9 +41,12 @@ def reference_moe(x: torch.Tensor, weights: ExpertWeights, topk_weights: torch.T
                   topk_ids: torch.Tensor, config: MoEConfig,
                   expert_map: Optional[torch.Tensor] = None,
                   dequantized: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-                  input_prescaled: bool = False) -> torch.Tensor:
+                  input_prescaled: bool = False, quantize_activations: bool = True) -> torch.Tensor:
     """out [T, H] in x.dtype. ``expert_map`` defaults to ``config.expert_map()``.
 
+    ``quantize_activations`` False: W8A8 schemes with their activations kept in full
+    precision (fq1 / fq2 the identity): what the ``triton`` decode kernels compute by default
+    (``TritonExperts.quantizes_activations``; FUSEDMOE_W8A8_DECODE).
     ``dequantized`` may pass precomputed ``dequantized_weights(weights)`` (the emulation
     backend does, to dequantize once at load). ``input_prescaled``: with
     apply_router_weight_on_input, x was already multiplied by the weights (a prepare step did it).
@@ -63,7 +66,8 @@ def reference_moe(x: torch.Tensor, weights: ExpertWeights, topk_weights: torch.T
     on_input = config.routing.apply_router_weight_on_input
     if on_input and not input_prescaled:                               # top-1: scale x first
         xf = xf * tw[:, :1]
-    xq = fake_quant_activation(xf, scheme, static_scale=weights.a13_scale)   # [T, H]
+    fq = fake_quant_activation if quantize_activations else (lambda a, s, static_scale=None: a)
+    xq = fq(xf, scheme, static_scale=weights.a13_scale)                # [T, H]
 
     flat_e = local.reshape(-1)                                         # [T*k]
     flat_t = torch.arange(T, device=x.device).repeat_interleave(k)     # [T*k] token of each slot
@@ -80,7 +84,7 @@ def reference_moe(x: torch.Tensor, weights: ExpertWeights, topk_weights: torch.T
     valid = flat_e >= 0
     hq = torch.zeros_like(h)
     if valid.any():
-        hq[valid] = fake_quant_activation(h[valid], scheme, static_scale=weights.a2_scale)
+        hq[valid] = fq(h[valid], scheme, static_scale=weights.a2_scale)
     y = torch.zeros(T * k, H, dtype=torch.float32, device=x.device)    # [T*k, H]
     for e in active:
         sel = (flat_e == e).nonzero(as_tuple=True)[0]
