@@ -89,16 +89,42 @@ def main() -> int:
                                                              pdl=True, pdl_wait=True, **q)),
             (f"fp8 {quant} gemm2 pdl", dk.gemm2_launch(hq, w2, ids, tw, out, a_scale=hs, b_scale=s2, pdl=True, **q)),
         ]
-    for qt, qd in (("fp8", fp8), ("int8", torch.int8)):
-        cases.append((f"quant rows pdl {qt}", (qk._quant_rows_kernel, (1,), (
-            torch.empty(1, H, dtype=bf), torch.empty(1, H, dtype=qd), torch.empty(1), torch.empty(1), torch.empty(1),
-            H, 1, H, H), dict(MODE="token", QTYPE=qt, QMAX=448.0 if qt == "fp8" else 127.0, BITWISE_FP8=False,
-                              HAS_COUNTS=False, BLOCK_K=2048, ONE_CHUNK=True, PDL=True), 4, None, True)))
-    cases.append(("quant group pdl", (qk._quant_group_kernel, (1, 1), (
-        torch.empty(1, H, dtype=bf), torch.empty(1, H, dtype=fp8), torch.empty(1, H // 128), torch.empty(1),
-        H, H // 128, 1, H, H, H // 128),
-        dict(GROUP=128, GROUP_P2=128, GROUPS_PER_PROG=16, POW2=False, BITWISE_FP8=False, HAS_COUNTS=False,
-             PDL=True), 4, None, True)))
+    def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf):
+        """_quant_rows_kernel on a [rows, bk] tile (num_warps as quantize._launch_rows)."""
+        qd = fp8 if qt == "fp8" else torch.int8
+        return (label, (qk._quant_rows_kernel, (1,), (
+            torch.empty(1, K, dtype=dt), torch.empty(1, K, dtype=qd), torch.empty(1), torch.empty(1, dtype=torch.int32),
+            torch.empty(1, dtype=torch.int32) if counts else torch.empty(1), 1000, K, 64 if counts else 1, K, K),
+            dict(MODE=mode, QTYPE=qt, QMAX=448.0 if qt == "fp8" else 127.0, BITWISE_FP8=False,
+                 HAS_COUNTS=counts, BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl),
+            8 if rows * bk >= 2048 else 4, None, pdl))
+
+    def group_case(label, K, rows, gpp, counts=False, pdl=False, pow2=False):
+        """_quant_group_kernel on a [rows, gpp, 128] tile (num_warps as quant_fp8_group)."""
+        return (label, (qk._quant_group_kernel, (1, 1), (
+            torch.empty(1, K, dtype=bf), torch.empty(1, K, dtype=fp8), torch.empty(1, K // 128),
+            torch.empty(1, dtype=torch.int32) if counts else torch.empty(1),
+            1000, K, K // 128, 64 if counts else 1, K, K, K // 128),
+            dict(GROUP=128, GROUP_P2=128, GROUPS_PER_PROG=gpp, POW2=pow2, BITWISE_FP8=False, HAS_COUNTS=counts,
+                 ROWS=rows, PDL=pdl), 8 if rows * gpp * 128 > 4096 else 4, None, pdl))
+
+    for qt in ("fp8", "int8"):
+        cases.append(rows_case(f"quant rows pdl {qt}", H, 1, 2048, qt=qt, pdl=True))
+    cases.append(group_case("quant group pdl", H, 1, 16, pdl=True))
+    # several rows per program (the prefill sizes: quantize._rows_per_program): h [M, 768] and
+    # x [T, 2048] bf16, batched padding rows, the per-tensor modes, rows of two chunks (7168)
+    cases += [
+        rows_case("quant rows R=8 K=768 fp8", 768, 8, 1024),
+        rows_case("quant rows R=8 K=768 int8 counts", 768, 8, 1024, qt="int8", counts=True),
+        rows_case("quant rows R=4 K=2048 fp8 pdl", H, 4, 2048, pdl=True),
+        rows_case("quant rows R=2 K=7168 2 chunks", 7168, 2, 4096),
+        rows_case("quant rows R=4 fp32 K=768", 768, 4, 1024, dt=torch.float32),
+        rows_case("quant rows R=8 tensor_dynamic", 768, 8, 1024, mode="tensor_dynamic", counts=True),
+        rows_case("quant rows R=8 tensor_static", 768, 8, 1024, mode="tensor_static"),
+        group_case("quant group R=8 K=768", 768, 8, 8),
+        group_case("quant group R=4 K=2048 counts pow2", H, 4, 16, counts=True, pow2=True),
+        group_case("quant group R=4 K=7168 pdl", 7168, 4, 16, pdl=True),
+    ]
     bad = 0
     for label, spec in cases:
         t0 = time.perf_counter()

@@ -195,6 +195,103 @@ def test_batched_counts_skip_padding(name, args):
     assert_same(q[valid], q_ref)
 
 
+# ----------------------------------------------------------------------------- several rows per program
+# T = 37 is no multiple of any ROWS > 1: the last program's tile runs past T
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+@pytest.mark.parametrize("K", [768, 2048])
+@pytest.mark.parametrize("rows", [2, 8])
+def test_rows_per_program_bitwise(name, args, K, rows):
+    x = rand_rows(37, K, torch.bfloat16, seed=K + rows)
+    q, s = getattr(kq, name)(x, *args, rows_per_program=rows)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+
+
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+def test_rows_per_program_nan_inf_rows(name, args):
+    # as test_nan_and_inf_rows, with ROWS = 8: a NaN row and an Inf row share tiles with
+    # finite rows, which keep their own scales; -Inf in the last row of the partial last tile
+    x = rand_rows(37, 768, seed=11)
+    x[9, 17] = float("nan")
+    x[12, 700] = float("inf")
+    x[36, 0] = -float("inf")
+    q, s = getattr(kq, name)(x, *args, rows_per_program=8)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+    if name == "quant_fp8_tensor":
+        assert s.isnan().all()
+    else:
+        bad = [9, 12, 36]
+        assert all(s[r].isnan().any() for r in bad)
+        assert not s[[r for r in range(37) if r not in bad]].isnan().any()
+
+
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+@pytest.mark.parametrize("rows", [4, 16])
+def test_rows_per_program_batched_counts(name, args, rows):
+    # T_max = 13: tiles straddle experts, mixing valid and (NaN) padding rows of two experts;
+    # the padding rows' outputs (sentinels here) stay unwritten
+    E, T_max, K = 3, 13, 200
+    counts = torch.tensor([5, 0, 13], dtype=torch.int32, device=DEVICE)
+    x = rand_rows(E * T_max, K, seed=rows).reshape(E, T_max, K)
+    valid = torch.arange(T_max, device=DEVICE)[None, :] < counts[:, None]
+    x[~valid] = float("nan")
+    q_dtype = torch.int8 if name == "quant_int8_token" else torch.float8_e4m3fn
+    out = torch.full((E, T_max, K), 17, dtype=torch.uint8, device=DEVICE).view(q_dtype)
+    kw = dict(counts=counts, rows_per_program=rows, out=out)
+    if name != "quant_fp8_tensor":
+        G = -(-K // args[0]) if name == "quant_fp8_group" else 1
+        kw["out_scale"] = torch.full((E, T_max, G), 12345.0, device=DEVICE)
+    q, s = getattr(kq, name)(x, *args, **kw)
+    q_ref, s_ref = getattr(ref, name)(x[valid].cpu(), *args)
+    if name == "quant_fp8_tensor":
+        assert_same(s, s_ref)
+    else:
+        assert_same(s[valid], s_ref)
+        assert (s[~valid] == 12345.0).all()
+    assert_same(q[valid], q_ref)
+    assert (q[~valid].view(torch.uint8) == 17).all()
+
+
+@pytest.mark.parametrize("name,args", QUANTIZERS[:3])
+def test_rows_per_program_multi_chunk_rows(name, args):
+    # K = 5000 > 4096: each row is read in two chunks (amax pass, then quantize pass)
+    x = rand_rows(7, 5000, seed=4)
+    x[3, 4500] = float("nan")
+    q, s = getattr(kq, name)(x, *args, rows_per_program=4)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+
+
+def test_rows_per_program_rule():
+    rule = kq._rows_per_program
+    assert rule(1, 2048, 2) == 1                    # decode: one tiny program
+    assert rule(300, 1024, 2) == 1                  # few rows: keep >= 264 programs
+    assert rule(600, 1024, 2) == 2
+    assert rule(131072, 1024, 2) == 8               # h [131072, 768] bf16: 8 x 1024-wide tile, 16 KB
+    assert rule(16384, 2048, 2) == 4                # x [16384, 2048] bf16
+    assert rule(16384, 2048, 4) == 2                # fp32: half the rows
+    assert rule(10 ** 6, 16, 2) == 32               # capped
+    assert rule(8192, 2048, 2, chunks=4) == 4       # group kernel, 4 programs per row
+    with pytest.raises(ValueError):
+        kq.quant_fp8_token(rand_rows(2, 64), rows_per_program=3)
+
+
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+def test_rows_per_program_default_rule_above_one(name, args):
+    # 600 rows of 64 fp32: the rule itself picks ROWS = 2 (no keyword)
+    assert kq._rows_per_program(600, 64, 4) == 2
+    x = rand_rows(600, 64, seed=6)
+    x[301, 5] = float("nan")
+    q, s = getattr(kq, name)(x, *args)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+
+
 def test_empty_input():
     x = torch.empty(0, 64, device=DEVICE)
     for name, args in QUANTIZERS:
@@ -277,6 +374,21 @@ def test_gpu_large_bitwise(name, args, dtype, T, K):
     q, s = getattr(kq, name)(x, *args)
     # the reference runs on the CPU: on CUDA, torch divides by a Python scalar as a multiply by
     # its reciprocal, so amax / 448 there can be an ulp off the IEEE quotient
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+@pytest.mark.parametrize("K,rows", [(768, None), (768, 8), (768, 16), (2048, 4), (7168, 2)])
+def test_gpu_rows_per_program(name, args, K, rows):
+    T = 1037                                   # the rule: ROWS 2 or 4 here; not a multiple of ROWS
+    x = rand_rows(T, K, torch.bfloat16, seed=K)
+    x[T // 3, K // 2] = float("nan")
+    x[T - 1, 0] = float("inf")
+    q, s = getattr(kq, name)(x, *args, rows_per_program=rows)
     q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
     assert_same(s, s_ref)
     assert_same(q, q_ref)

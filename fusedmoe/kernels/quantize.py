@@ -50,6 +50,8 @@ FP8_MAX = 448.0
 INT8_MAX = 127.0
 _AMAX_FLOOR = 1e-12
 _MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp32 / thread at 8 warps)
+_PROG_BYTES = 16384     # input bytes a row-quantization program aims to move (_rows_per_program)
+_MIN_PROGRAMS = 264     # 2 per SM of a 132-SM H100: more rows per program only above this
 
 
 # ----------------------------------------------------------------------------- shared device helpers
@@ -209,73 +211,90 @@ def _amax_kernel(x_ptr, amax_bits_ptr, counts_ptr, T, K, T_MAX, stride_xm,
 
 
 @triton.jit
-def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, K, T_MAX,
+def _row_mask(rows, T, counts_ptr, T_MAX, HAS_COUNTS: tl.constexpr):
+    """rows [R] -> True where the row exists (< T) and is not batched-format padding."""
+    ok = rows < T
+    if HAS_COUNTS:
+        ok = ok & ((rows % T_MAX) < tl.load(counts_ptr + rows // T_MAX, mask=ok, other=0))
+    return ok
+
+
+@triton.jit
+def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K, T_MAX,
                        stride_xm, stride_qm,
                        MODE: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                        BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
-                       BLOCK_K: tl.constexpr, ONE_CHUNK: tl.constexpr, PDL: tl.constexpr = False):
-    """One row per program. MODE "token": scale_ptr [T] is written; "tensor_static": scale_ptr
-    [1] is read; "tensor_dynamic": the scale comes from amax_bits_ptr, program 0 writes it.
+                       BLOCK_K: tl.constexpr, ONE_CHUNK: tl.constexpr, ROWS: tl.constexpr = 1,
+                       PDL: tl.constexpr = False):
+    """ROWS rows per program as a [ROWS, BLOCK_K] tile (one row moves only 1.5-4 KB: too
+    little in flight per SM to reach the memory bandwidth). Rows past T and padding rows are
+    masked off (no early exit: the other rows of the tile still run). MODE "token": scale_ptr
+    [T] is written, one scale per row (tl.max over axis 1); "tensor_static": scale_ptr [1]
+    is read; "tensor_dynamic": the scale comes from amax_bits_ptr, program 0 writes it.
     PDL (a programmatic dependent launch in a chain): let the next kernel launch now, wait
     for the previous one before reading x."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
-    row = tl.program_id(0)
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)                                      # [R]
+    row_ok = _row_mask(rows, T, counts_ptr, T_MAX, HAS_COUNTS)[:, None]         # [R, 1]
+    x_rows = x_ptr + rows[:, None].to(tl.int64) * stride_xm                     # [R, 1]
+    q_rows = q_ptr + rows[:, None].to(tl.int64) * stride_qm
+    cols = tl.arange(0, BLOCK_K)[None, :]                                       # [1, BK]
     if MODE == "tensor_dynamic":
         scale = _scale_from_amax_bits(tl.load(amax_bits_ptr), QMAX, False)
-        if row == 0:                                    # before the padding exit: row 0 may be padding
+        if pid == 0:
             tl.store(scale_ptr, scale)
-    if _row_is_padding(row, counts_ptr, T_MAX, HAS_COUNTS):
-        return
-    x_row = x_ptr + row.to(tl.int64) * stride_xm
-    q_row = q_ptr + row.to(tl.int64) * stride_qm
-    cols = tl.arange(0, BLOCK_K)
     if MODE == "token":
-        bits = tl.zeros((BLOCK_K,), dtype=tl.int32)
-        if ONE_CHUNK:                                   # the row fits: read it once
-            x = tl.load(x_row + cols, mask=cols < K, other=0.0)
-            bits = _abs_bits(x)
+        if ONE_CHUNK:                                   # the rows fit: read them once
+            m = row_ok & (cols < K)
+            x = tl.load(x_rows + cols, mask=m, other=0.0)
+            bits = tl.max(_abs_bits(x), axis=1)
         else:
+            acc = tl.zeros((ROWS, BLOCK_K), dtype=tl.int32)
             for k0 in range(0, K, BLOCK_K):
-                xk = tl.load(x_row + k0 + cols, mask=k0 + cols < K, other=0.0)
-                bits = tl.maximum(bits, _abs_bits(xk))
-        scale = _scale_from_amax_bits(tl.max(bits, axis=0), QMAX, False)
-        tl.store(scale_ptr + row, scale)
+                xk = tl.load(x_rows + k0 + cols, mask=row_ok & (k0 + cols < K), other=0.0)
+                acc = tl.maximum(acc, _abs_bits(xk))
+            bits = tl.max(acc, axis=1)
+        row_scale = _scale_from_amax_bits(bits, QMAX, False)                    # [R]
+        tl.store(scale_ptr + rows[:, None], row_scale[:, None], mask=row_ok)
+        scale = row_scale[:, None]                                              # [R, 1]
     elif MODE == "tensor_static":
         scale = tl.load(scale_ptr)
     if ONE_CHUNK and MODE == "token":
-        tl.store(q_row + cols, _quantize(x, scale, QTYPE, BITWISE_FP8), mask=cols < K)
+        tl.store(q_rows + cols, _quantize(x, scale, QTYPE, BITWISE_FP8), mask=m)
     else:
         for k0 in range(0, K, BLOCK_K):
-            m = k0 + cols < K
-            xk = tl.load(x_row + k0 + cols, mask=m, other=0.0)
-            tl.store(q_row + k0 + cols, _quantize(xk, scale, QTYPE, BITWISE_FP8), mask=m)
+            mk = row_ok & (k0 + cols < K)
+            xk = tl.load(x_rows + k0 + cols, mask=mk, other=0.0)
+            tl.store(q_rows + k0 + cols, _quantize(xk, scale, QTYPE, BITWISE_FP8), mask=mk)
 
 
 @triton.jit
-def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, K, G, T_MAX,
+def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, T, K, G, T_MAX,
                         stride_xm, stride_qm, stride_sm,
                         GROUP: tl.constexpr, GROUP_P2: tl.constexpr, GROUPS_PER_PROG: tl.constexpr,
                         POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
-                        PDL: tl.constexpr = False):
-    """Program (row, j) quantizes groups [j*GPP, (j+1)*GPP) of one row as a [GPP, g] tile.
-    PDL as in ``_quant_rows_kernel``."""
+                        ROWS: tl.constexpr = 1, PDL: tl.constexpr = False):
+    """Program (i, j) quantizes groups [j*GPP, (j+1)*GPP) of rows [i*ROWS, (i+1)*ROWS) as a
+    [ROWS, GPP, g] tile (several rows per program for the reason given in
+    ``_quant_rows_kernel``); rows past T and padding rows are masked off. PDL as there."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
-    row = tl.program_id(0)
-    if _row_is_padding(row, counts_ptr, T_MAX, HAS_COUNTS):
-        return
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)                         # [R]
+    row_ok = _row_mask(rows, T, counts_ptr, T_MAX, HAS_COUNTS)[:, None]         # [R, 1]
     grp = tl.program_id(1) * GROUPS_PER_PROG + tl.arange(0, GROUPS_PER_PROG)   # [GPP]
     j = tl.arange(0, GROUP_P2)                                                  # [g padded]
-    cols = grp[:, None] * GROUP + j[None, :]                                    # [GPP, g]
-    m = (j[None, :] < GROUP) & (cols < K)
-    x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + cols, mask=m, other=0.0)
-    scale = _scale_from_amax_bits(tl.max(_abs_bits(x), axis=1), 448.0, POW2)   # [GPP]
-    tl.store(scale_ptr + row.to(tl.int64) * stride_sm + grp, scale, mask=grp < G)
-    tl.store(q_ptr + row.to(tl.int64) * stride_qm + cols,
-             _quantize(x, scale[:, None], "fp8", BITWISE_FP8), mask=m)
+    cols = (grp[:, None] * GROUP + j[None, :])[None, :, :]                      # [1, GPP, g]
+    m = row_ok[:, :, None] & (j[None, None, :] < GROUP) & (cols < K)            # [R, GPP, g]
+    r64 = rows.to(tl.int64)[:, None]                                            # [R, 1]
+    x = tl.load(x_ptr + (r64 * stride_xm)[:, :, None] + cols, mask=m, other=0.0)
+    scale = _scale_from_amax_bits(tl.max(_abs_bits(x), axis=2), 448.0, POW2)   # [R, GPP]
+    tl.store(scale_ptr + r64 * stride_sm + grp[None, :], scale, mask=row_ok & (grp[None, :] < G))
+    tl.store(q_ptr + (r64 * stride_qm)[:, :, None] + cols,
+             _quantize(x, scale[:, :, None], "fp8", BITWISE_FP8), mask=m)
 
 
 @triton.jit
@@ -360,33 +379,56 @@ def _block_k(K: int) -> int:
     return min(next_power_of_2(max(K, 16)), _MAX_BLOCK_K)
 
 
-def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False):
+def _rows_per_program(T: int, tile: int, elem_size: int, chunks: int = 1) -> int:
+    """Rows per program of the row quantizers, for T rows, ``tile`` elements (BLOCK_K, or
+    GPP * g) of ``elem_size`` bytes per row and program, ``chunks`` programs per row.
+
+    The largest power of two (at most 32) whose tile of input holds at most _PROG_BYTES
+    (16 KB: one row of 768 bf16 moves 1.5 KB, which left the H100 at ~half its bandwidth),
+    but no more than keeps T * chunks / ROWS >= _MIN_PROGRAMS: a small T keeps one row per
+    program (decode, T = 1: one tiny program) so that every SM still gets work."""
+    r = min(32, _PROG_BYTES // (tile * elem_size), T * chunks // _MIN_PROGRAMS)
+    return 1 << (max(r, 1).bit_length() - 1)
+
+
+def _check_rows(rows: int) -> int:
+    if rows < 1 or rows & (rows - 1):
+        raise ValueError(f"rows_per_program must be a power of two >= 1, got {rows}")
+    return rows
+
+
+def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None):
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
     T, K = x2.shape
     bk = _block_k(K)
     if T == 0:
         return
-    launch(_quant_rows_kernel, (T,),
+    rows = _check_rows(rows) if rows is not None else _rows_per_program(T, bk, x2.element_size())
+    launch(_quant_rows_kernel, (cdiv(T, rows),),
            (x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
-            counts if counts is not None else scale, K, max(t_max, 1), x2.stride(0), q2.stride(0)),
+            counts if counts is not None else scale, T, K, max(t_max, 1), x2.stride(0), q2.stride(0)),
            dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
                 BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
-                BLOCK_K=bk, ONE_CHUNK=K <= bk, PDL=pdl), num_warps=8 if bk >= 2048 else 4, launch_pdl=pdl)
+                BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl),
+           num_warps=8 if rows * bk >= 2048 else 4, launch_pdl=pdl)   # 4..32 elements per thread
 
 
 def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor] = None,
-                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None):
+                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
+                     rows_per_program: Optional[int] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [1]).
 
     ``scale`` None: dynamic, amax(x) / 448 computed on the device (2 launches + a memset);
     else a static per-tensor scale (fp32 [1] tensor or float), returned as given.
+    ``rows_per_program``: rows per program of the quantizing launch (a power of two; None:
+    the ``_rows_per_program`` rule); the result does not depend on it.
     """
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     if scale is not None:
         s = scale if isinstance(scale, torch.Tensor) else torch.full((1,), float(scale), device=x.device)
         s = s.reshape(1).float()
-        _launch_rows(x, q, s, "tensor_static", "fp8", counts)
+        _launch_rows(x, q, s, "tensor_static", "fp8", counts, rows=rows_per_program)
         return q, s
     s = out_scale if out_scale is not None else torch.empty(1, dtype=torch.float32, device=x.device)
     amax_bits = torch.zeros(1, dtype=torch.int32, device=x.device)
@@ -400,41 +442,43 @@ def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor]
     launch(_amax_kernel, (cdiv(T, bm),),
            (x2, amax_bits, counts if counts is not None else amax_bits, T, K, max(t_max, 1), x2.stride(0)),
            dict(HAS_COUNTS=counts is not None, BLOCK_M=bm, BLOCK_K=bk), num_warps=4)
-    _launch_rows(x, q, s, "tensor_dynamic", "fp8", counts, amax_bits)
+    _launch_rows(x, q, s, "tensor_dynamic", "fp8", counts, amax_bits, rows=rows_per_program)
     return q, s
 
 
-def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False):
+def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None):
     q = out if out is not None else torch.empty(x.shape, dtype=dtype, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
                                                             device=x.device)
-    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl)
+    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows)
     return q, s
 
 
 def quant_fp8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-                    pdl: bool = False):
+                    pdl: bool = False, rows_per_program: Optional[int] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., 1]); scale per row = amax / 448.
     ``pdl`` (sm90+): a programmatic dependent launch that also lets the next kernel launch
-    early (the decode chain of the triton backend)."""
-    return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts, pdl)
+    early (the decode chain of the triton backend). ``rows_per_program`` as in
+    ``quant_fp8_tensor``."""
+    return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts, pdl, rows_per_program)
 
 
 def quant_int8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                      out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-                     pdl: bool = False):
+                     pdl: bool = False, rows_per_program: Optional[int] = None):
     """x float [..., K] -> (int8 [..., K], fp32 [..., 1]); scale = amax / 127, round half to even.
-    ``pdl`` as in ``quant_fp8_token``."""
-    return _quant_token(x, torch.int8, "int8", out, out_scale, counts, pdl)
+    ``pdl`` and ``rows_per_program`` as in ``quant_fp8_token``."""
+    return _quant_token(x, torch.int8, "int8", out, out_scale, counts, pdl, rows_per_program)
 
 
 def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
                     out: Optional[torch.Tensor] = None, out_scale: Optional[torch.Tensor] = None,
-                    counts: Optional[torch.Tensor] = None, pdl: bool = False):
+                    counts: Optional[torch.Tensor] = None, pdl: bool = False,
+                    rows_per_program: Optional[int] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., G]), 1 x group blocks; the last
     group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style). ``pdl``
-    as in ``quant_fp8_token``."""
+    and ``rows_per_program`` as in ``quant_fp8_token``."""
     K = x.shape[-1]
     G = cdiv(K, group)
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
@@ -442,16 +486,20 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
                                                             device=x.device)
     x2, t_max = _rows(x)
     q2, s2 = q.view(-1, K), s.view(-1, G)
-    if x2.shape[0] == 0:
+    T = x2.shape[0]
+    if T == 0:
         return q, s
     gp2 = next_power_of_2(group)
-    gpp = max(1, min(next_power_of_2(G), 2048 // gp2))      # ~2K elements per program
-    launch(_quant_group_kernel, (x2.shape[0], cdiv(G, gpp)),
-           (x2, _q_arg(q2), s2, counts if counts is not None else s2, K, G, max(t_max, 1),
+    gpp = max(1, min(next_power_of_2(G), 2048 // gp2))      # <= 2K elements of a row per program
+    chunks = cdiv(G, gpp)
+    rows = (_check_rows(rows_per_program) if rows_per_program is not None
+            else _rows_per_program(T, gpp * gp2, x2.element_size(), chunks))
+    launch(_quant_group_kernel, (cdiv(T, rows), chunks),
+           (x2, _q_arg(q2), s2, counts if counts is not None else s2, T, K, G, max(t_max, 1),
             x2.stride(0), q2.stride(0), s2.stride(0)),
            dict(GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
-                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, PDL=pdl), num_warps=4,
-           launch_pdl=pdl)
+                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, ROWS=rows, PDL=pdl),
+           num_warps=8 if rows * gpp * gp2 > 4096 else 4, launch_pdl=pdl)   # at most 32 per thread
     return q, s
 
 
