@@ -36,7 +36,31 @@ from fusedmoe.presets import get_preset
 SHAPES = [("qwen3-30b-a3b", 1), ("deepseek-v3", 8), ("mixtral-8x7b", 1)]
 
 
-def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False):
+def around(default: dict, esize: int, group_k=None):
+    """Section A's --around grid: decode_config's BN and BK halved / kept / doubled, with its
+    num_warps (and the other warp count at its BN x BK), each with the [R, BN, BK]
+    accumulator off and on (ACC3) and, for 8-bit weights, both weight widenings (W_CVT)."""
+    bn0, bk0, w0 = default["BLOCK_N"], default["BLOCK_K"], default["num_warps"]
+    cvts = (0, 1) if esize == 1 else (0,)
+    out = []
+    for bn in (max(2, bn0 // 2), bn0, bn0 * 2):
+        for bk in (max(16, bk0 // 2), bk0, bk0 * 2):
+            if group_k is not None and (group_k % bk if bk <= group_k else bk % group_k):
+                continue
+            for warps in (w0, 12 - w0) if (bn, bk) == (bn0, bk0) else (w0,):
+                # (ACC3 with block scales needs BK <= the group: below)
+                for acc3 in (0, 1) if group_k is None or bk <= group_k else (0,):
+                    for cvt in cvts:
+                        out.append(dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=True, ACC3=acc3, W_CVT=cvt))
+    if group_k is not None:       # ACC3 at BK = the group, BN filling 4-16 KB
+        for bn in (bn0, 2 * bn0, 4 * bn0, 8 * bn0):
+            for warps in (4, 8):
+                for cvt in cvts:
+                    out.append(dict(BLOCK_N=bn, BLOCK_K=group_k, num_warps=warps, PREFETCH=True, ACC3=1, W_CVT=cvt))
+    return [dict(t) for t in dict.fromkeys(tuple(c.items()) for c in out)]      # unique, in order
+
+
+def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=False):
     """Section A for one shape and scheme: every config's time per GEMM, and the default.
     W8A8 schemes run as the backend does with FUSEDMOE_W8A8_DECODE=a8: x and h quantized by
     the quantization kernels beforehand (untimed here), the GEMMs on the 8-bit operands;
@@ -62,12 +86,15 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False):
     grid = list(itertools.product((4, 8) if quick else (2, 4, 8, 16),
                                   (512,) if quick else ((256, 512, 1024) if esize == 2 else (256, 512, 1024, 2048)),
                                   (8,) if quick else (4, 8), (True,) if quick or esize == 1 else (False, True)))
+    gk = w.scheme.block_shape[1] if scheme == "fp8_block" else None
+    default = {"gemm1": decode_config(2, k, I, H, esize, group_k=gk), "gemm2": decode_config(kp, 1, H, I, esize, group_k=gk)}
     for gemm in ("gemm1", "gemm2"):
         R = 2 if gemm == "gemm1" else kp
-        for bn, bk, warps, pf in grid:
-            if R * bn * bk > 32768:          # spills for sure: not worth a compile
+        configs = (around(default[gemm], esize, gk) if grid_around else
+                   [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=pf) for bn, bk, warps, pf in grid])
+        for c in configs:
+            if R * c["BLOCK_N"] * c["BLOCK_K"] > 32768:          # spills for sure: not worth a compile
                 continue
-            c = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=pf)
             if gemm == "gemm1":
                 calls = [lambda s=s, h=h, a=a: decode_gemm1(a[0], w.w13, s.topk_ids, "silu", h, config=c,
                                                             a_scale=a[1], **q1)
@@ -84,8 +111,6 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False):
                 rows.append(dict(gemm=gemm, **c, us=us, gbps=nb / us / 1e3, pct=100 * nb / us / 1e3 / bw))
             except Exception as e:  # a config that does not compile: say so, go on
                 rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:120]}"))
-    gk = w.scheme.block_shape[1] if scheme == "fp8_block" else None
-    default = {"gemm1": decode_config(2, k, I, H, esize, group_k=gk), "gemm2": decode_config(kp, 1, H, I, esize, group_k=gk)}
     return rows, default
 
 
@@ -174,6 +199,8 @@ def main():
     ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C,D")
     ap.add_argument("--schemes", default="none,fp8_channel,fp8_block", help="schemes of both sections")
     ap.add_argument("--a16", action="store_true", help="section A: W8A8 schemes with 16-bit activations")
+    ap.add_argument("--around", action="store_true", help="section A: the grid around decode_config's choice "
+                    "with ACC3 and W_CVT (function around)")
     ap.add_argument("--d-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
                     "deepseek-v3:8:fp8_block,qwen3-30b-a3b:1:fp8_tensor", help="section D: model:tp:scheme list")
     ap.add_argument("--d-tokens", default="1,2,4,8,16")
@@ -186,18 +213,21 @@ def main():
     sweeps = [(n, tp, "none") for n, tp in SHAPES] + [("qwen3-30b-a3b", 1, "fp8_channel"),
                                                         ("deepseek-v3", 8, "fp8_block")]
     want = set(a.schemes.split(","))
+    if a.around:      # (Mixtral's T=1 decode is at ~100% of the roofline already)
+        sweeps = [c for c in sweeps if c[0] != "mixtral-8x7b"]
     for name, tp, scheme in [c for c in sweeps if c[2] in want] if "A" not in skip else []:
         cfg = get_preset(name).to_config(tp=tp)
         w = hz.make_weights(cfg, scheme, "cuda", seed=0)
         sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
-        rows, default = kernel_sweep(cfg, w, sets, bw, a.quick or name == "mixtral-8x7b", scheme, a.a16)
+        rows, default = kernel_sweep(cfg, w, sets, bw, a.quick or name == "mixtral-8x7b", scheme, a.a16, a.around)
         res["A"][f"{name}/{scheme}"] = dict(rows=rows, default=default)
         for g in ("gemm1", "gemm2"):
             ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
             print(f"A {name:14s} {scheme:11s} {g}: default {default[g]}", flush=True)
             dflt = [r for r in ok if all(r[key] == v for key, v in default[g].items())]
-            for r in ok[:4] + dflt:
-                print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']} pf{int(r['PREFETCH'])} {r['us']:7.2f} us "
+            for r in ok[:6] + dflt:
+                print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']} pf{int(r['PREFETCH'])} "
+                      f"acc3 {r.get('ACC3', 0)} cvt {r.get('W_CVT', 0)} {r['us']:7.2f} us "
                       f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
         del w
         torch.cuda.empty_cache()

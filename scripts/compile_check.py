@@ -89,6 +89,25 @@ def main() -> int:
                                                              pdl=True, pdl_wait=True, **q)),
             (f"fp8 {quant} gemm2 pdl", dk.gemm2_launch(hq, w2, ids, tw, out, a_scale=hs, b_scale=s2, pdl=True, **q)),
         ]
+    # W8A8 weights with 16-bit x / h (FUSEDMOE_W8A8_DECODE=a16), the weights widened by the
+    # conversion instructions (W_CVT 0) or by integer ops (W_CVT 1); int8 weights too
+    i8 = torch.int8
+    for quant, wd, s13, s2, blk in (
+            ("channel", fp8, torch.empty(E, 2 * I), torch.empty(E, H), None),
+            ("block", fp8, torch.empty(E, 2 * I // 128, H // 128), torch.empty(E, H // 128, I // 128), (128, 128)),
+            ("channel", i8, torch.empty(E, 2 * I), torch.empty(E, H), None)):
+        a13, a2 = torch.empty(E, 2 * I, H, dtype=wd), torch.empty(E, H, I, dtype=wd)
+        q = dict(quant=quant, block_shape=blk)
+        for cvt in (0, 1):
+            c1 = dict(dk.decode_config(2, T * k, I, H, 1, group_k=blk and blk[1]), W_CVT=cvt)
+            c2 = dict(dk.decode_config(8, T, H, I, 1, group_k=blk and blk[1]), W_CVT=cvt)
+            lab = f"a16 {quant} {str(wd)[6:]} cvt{cvt}"
+            cases += [
+                (f"{lab} gemm1", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h, b_scale=s13,
+                                                 pdl=True, config=c1, **q)),
+                (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=c2, **q)),
+            ]
+
     def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf):
         """_quant_rows_kernel on a [rows, bk] tile (num_warps as quantize._launch_rows)."""
         qd = fp8 if qt == "fp8" else torch.int8
@@ -130,9 +149,7 @@ def main() -> int:
         t0 = time.perf_counter()
         try:
             ck = compile_spec(spec)
-            regs = getattr(ck, "n_regs", None)
             print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B", flush=True)
-            del regs
         except Exception as e:  # print the compiler's message and go on
             bad += 1
             print(f"FAIL {label}: {type(e).__name__}: {str(e)[:2000]}", flush=True)
