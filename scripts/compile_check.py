@@ -3,6 +3,9 @@ Triton front-end / compiler errors (e.g. a variable re-typed inside an ``if``) t
 interpreter (TRITON_INTERPRET=1) does not, before spending device time.
 
     python scripts/compile_check.py            (TRITON_INTERPRET must be unset)
+    PYTHONPATH=/path/to/triton36 python scripts/compile_check.py   (the device's Triton 3.6:
+        `pip install --target /path/to/triton36 triton==3.6.0`; 3.6 rejects code 3.9 takes,
+        e.g. a constexpr-if branch that returns early and a differently shaped value after it)
 
 It builds each launch spec (kernels/decode.py ``*_launch``) from CPU tensors of the right
 dtypes, turns it into an ASTSource signature (pointer dtypes, i32/i64/fp32 scalars,
@@ -69,6 +72,10 @@ def main() -> int:
                                                                w13_bias=torch.empty(E, 2 * I, dtype=bf))),
                 (f"{name} T={T} gemm1 pdl", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True)),
                 (f"{name} T={T} gemm2 pdl", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True)),
+                (f"{name} T={T} gemm1 acc3", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True,
+                                                            config=dict(dk.decode_config(2, T * k, I, H, 2), ACC3=1))),
+                (f"{name} T={T} gemm2 acc3", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True,
+                                                            config=dict(dk.decode_config(8, T, H, I, 2), ACC3=1))),
             ]
     # the W8A8 decode chain (fp8 per token, fp8 1x128 groups): quantization kernels with PDL,
     # GEMM1 waiting for x, GEMM2 for h
@@ -98,10 +105,11 @@ def main() -> int:
             ("channel", i8, torch.empty(E, 2 * I), torch.empty(E, H), None)):
         a13, a2 = torch.empty(E, 2 * I, H, dtype=wd), torch.empty(E, H, I, dtype=wd)
         q = dict(quant=quant, block_shape=blk)
-        for cvt in (0, 1):
-            c1 = dict(dk.decode_config(2, T * k, I, H, 1, group_k=blk and blk[1]), W_CVT=cvt)
-            c2 = dict(dk.decode_config(8, T, H, I, 1, group_k=blk and blk[1]), W_CVT=cvt)
-            lab = f"a16 {quant} {str(wd)[6:]} cvt{cvt}"
+        for cvt, acc3 in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            bk = dict(BLOCK_K=128) if acc3 and blk else {}
+            c1 = dict(dk.decode_config(2, T * k, I, H, 1, group_k=blk and blk[1]), W_CVT=cvt, ACC3=acc3, **bk)
+            c2 = dict(dk.decode_config(8, T, H, I, 1, group_k=blk and blk[1]), W_CVT=cvt, ACC3=acc3, **bk)
+            lab = f"a16 {quant} {str(wd)[6:]} cvt{cvt} acc3{acc3}"
             cases += [
                 (f"{lab} gemm1", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h, b_scale=s13,
                                                  pdl=True, config=c1, **q)),

@@ -267,24 +267,25 @@ def test_rows_per_program_multi_chunk_rows(name, args):
 
 
 def test_rows_per_program_rule():
+    # the measured rule (quantize._rows_per_program's docstring)
     rule = kq._rows_per_program
     assert rule(1, 2048, 2) == 1                    # decode: one tiny program
-    assert rule(300, 1024, 2) == 1                  # few rows: keep >= 264 programs
-    assert rule(600, 1024, 2) == 2
-    assert rule(131072, 1024, 2) == 8               # h [131072, 768] bf16: 8 x 1024-wide tile, 16 KB
-    assert rule(16384, 2048, 2) == 4                # x [16384, 2048] bf16
-    assert rule(16384, 2048, 4) == 2                # fp32: half the rows
-    assert rule(10 ** 6, 16, 2) == 32               # capped
-    assert rule(8192, 2048, 2, chunks=4) == 4       # group kernel, 4 programs per row
+    assert rule(131072, 1024, 2) == 1               # per-token h [131072, 768] bf16: one row
+    assert rule(16384, 2048, 2) == 2                # per-token x [16384, 2048]: two rows
+    assert rule(300, 2048, 2) == 1                  # few rows: keep >= 264 programs
+    assert rule(131072, 256, 2, groups=True) == 8   # 1 x 128 groups of h [131072, 256]: 2K elements
+    assert rule(16384, 2048, 2, 4, groups=True) == 1   # groups of x [16384, 7168]: 2K already
+    assert rule(10 ** 6, 16, 2, groups=True) == 32  # capped
+    assert rule(600, 128, 4, groups=True) == 2      # >= 264 programs
     with pytest.raises(ValueError):
         kq.quant_fp8_token(rand_rows(2, 64), rows_per_program=3)
 
 
 @pytest.mark.parametrize("name,args", QUANTIZERS)
 def test_rows_per_program_default_rule_above_one(name, args):
-    # 600 rows of 64 fp32: the rule itself picks ROWS = 2 (no keyword)
-    assert kq._rows_per_program(600, 64, 4) == 2
-    x = rand_rows(600, 64, seed=6)
+    # 600 rows of 2048 fp32 (per token) / of 128 (groups): the rule itself picks ROWS = 2
+    assert kq._rows_per_program(600, 2048, 4) == 2 == kq._rows_per_program(600, 128, 4, groups=True)
+    x = rand_rows(600, 2048 if "group" not in name else 128, seed=6)
     x[301, 5] = float("nan")
     q, s = getattr(kq, name)(x, *args)
     q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)

@@ -186,31 +186,31 @@ def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_b
             if B_SCALE == 3:
                 p = p * tl.load(bs_rows + g * stride_bsk)[:, :, None]
             acc += p * af[:, None, :]
-        return acc
-    if QA == 1:
-        a = _fake_quant(a, sa_tok[:, None], QTYPE, BITWISE_FP8)
-    if INT_ACC:
-        acc += tl.sum(w.to(tl.int32) * a.to(tl.int32)[:, None, :], axis=2)
-    elif A_SCALE == 3 or B_SCALE == 3 or QA == 2:
-        # NG scale groups of GG columns in this K tile (NG = 1: the tile lies in one group)
-        NG: tl.constexpr = BLOCK_K // GROUP_K if BLOCK_K > GROUP_K else 1
-        GG: tl.constexpr = BLOCK_K // NG
-        a3 = tl.reshape(_a_f32(a, w, W_CVT), (R, NG, GG))
-        if QA == 2:
-            sq = _scale_from_amax_bits(tl.max(_abs_bits(a3), axis=2), 448.0, POW2)      # [R, NG]
-            a3 = _fake_quant(a3, sq[:, :, None], "fp8", BITWISE_FP8)
-        p = tl.sum(_w_f32(tl.reshape(w, (R, BLOCK_N, NG, GG)), W_CVT) * a3[:, None, :, :], axis=3)  # [R, BN, NG]
-        g = k0 // GROUP_K + tl.arange(0, NG)
-        g_ok = g * GROUP_K < K                        # groups past K: products are 0, scales unread
-        if QA == 2:
-            p = p * sq[:, None, :]
-        elif A_SCALE == 3:
-            p = p * tl.load(as_rows[:, None] + g[None, :] * stride_ask, mask=g_ok[None, :], other=0.0)[:, None, :]
-        if B_SCALE == 3:
-            p = p * tl.load(bs_rows[:, :, None] + g[None, None, :] * stride_bsk, mask=g_ok[None, None, :], other=0.0)
-        acc += tl.sum(p, axis=2)
-    else:
-        acc += tl.sum(_w_f32(w, W_CVT) * _a_f32(a, w, W_CVT)[:, None, :], axis=2)
+    else:     # (no early return above: Triton 3.6 compiles the code after it anyway)
+        if QA == 1:
+            a = _fake_quant(a, sa_tok[:, None], QTYPE, BITWISE_FP8)
+        if INT_ACC:
+            acc += tl.sum(w.to(tl.int32) * a.to(tl.int32)[:, None, :], axis=2)
+        elif A_SCALE == 3 or B_SCALE == 3 or QA == 2:
+            # NG scale groups of GG columns in this K tile (NG = 1: the tile lies in one group)
+            NG: tl.constexpr = BLOCK_K // GROUP_K if BLOCK_K > GROUP_K else 1
+            GG: tl.constexpr = BLOCK_K // NG
+            a3 = tl.reshape(_a_f32(a, w, W_CVT), (R, NG, GG))
+            if QA == 2:
+                sq = _scale_from_amax_bits(tl.max(_abs_bits(a3), axis=2), 448.0, POW2)      # [R, NG]
+                a3 = _fake_quant(a3, sq[:, :, None], "fp8", BITWISE_FP8)
+            p = tl.sum(_w_f32(tl.reshape(w, (R, BLOCK_N, NG, GG)), W_CVT) * a3[:, None, :, :], axis=3)  # [R, BN, NG]
+            g = k0 // GROUP_K + tl.arange(0, NG)
+            g_ok = g * GROUP_K < K                        # groups past K: products are 0, scales unread
+            if QA == 2:
+                p = p * sq[:, None, :]
+            elif A_SCALE == 3:
+                p = p * tl.load(as_rows[:, None] + g[None, :] * stride_ask, mask=g_ok[None, :], other=0.0)[:, None, :]
+            if B_SCALE == 3:
+                p = p * tl.load(bs_rows[:, :, None] + g[None, None, :] * stride_bsk, mask=g_ok[None, None, :], other=0.0)
+            acc += tl.sum(p, axis=2)
+        else:
+            acc += tl.sum(_w_f32(w, W_CVT) * _a_f32(a, w, W_CVT)[:, None, :], axis=2)
     return acc
 
 

@@ -50,7 +50,7 @@ FP8_MAX = 448.0
 INT8_MAX = 127.0
 _AMAX_FLOOR = 1e-12
 _MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp32 / thread at 8 warps)
-_PROG_BYTES = 16384     # input bytes a row-quantization program aims to move (_rows_per_program)
+_PROG_ELEMS = 2048      # input elements a row-quantization program aims to move (_rows_per_program)
 _MIN_PROGRAMS = 264     # 2 per SM of a 132-SM H100: more rows per program only above this
 
 
@@ -379,15 +379,19 @@ def _block_k(K: int) -> int:
     return min(next_power_of_2(max(K, 16)), _MAX_BLOCK_K)
 
 
-def _rows_per_program(T: int, tile: int, elem_size: int, chunks: int = 1) -> int:
+def _rows_per_program(T: int, tile: int, elem_size: int, chunks: int = 1, groups: bool = False) -> int:
     """Rows per program of the row quantizers, for T rows, ``tile`` elements (BLOCK_K, or
-    GPP * g) of ``elem_size`` bytes per row and program, ``chunks`` programs per row.
+    GPP * g, ``groups``) per row and program, ``chunks`` programs per row (``elem_size``
+    kept for the callers; the rule counts elements).
 
-    The largest power of two (at most 32) whose tile of input holds at most _PROG_BYTES
-    (16 KB: one row of 768 bf16 moves 1.5 KB, which left the H100 at ~half its bandwidth),
-    but no more than keeps T * chunks / ROWS >= _MIN_PROGRAMS: a small T keeps one row per
-    program (decode, T = 1: one tiny program) so that every SM still gets work."""
-    r = min(32, _PROG_BYTES // (tile * elem_size), T * chunks // _MIN_PROGRAMS)
+    Measured on the H100 (benchmarks/quant_rows_ab.py, docs/BENCHMARKS.md), bf16 input, us
+    at ROWS 1 / 2 / 4 / 8: per-token h [131072, 768] (tile 1024) 183 / 202 / 228 / 259 and x
+    [16384, 2048] (tile 2048) 43.0 / 40.3 / 46.3 / 59.2; 1 x 128 groups h [131072, 256]
+    (tile 256) 90.2 / 56.8 / 43.4 / 39.2 and x [16384, 7168] (tile 2048) 160 / 174 / 184 /
+    238. So: up to _PROG_ELEMS (2048) elements per program for group tiles, and per-token
+    tiles of 2048+ take 2 rows. Never fewer than _MIN_PROGRAMS programs (T = 1: one)."""
+    r = _PROG_ELEMS // tile if groups else (2 if tile >= _PROG_ELEMS else 1)
+    r = min(32, r, T * chunks // _MIN_PROGRAMS)
     return 1 << (max(r, 1).bit_length() - 1)
 
 
@@ -493,7 +497,7 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
     gpp = max(1, min(next_power_of_2(G), 2048 // gp2))      # <= 2K elements of a row per program
     chunks = cdiv(G, gpp)
     rows = (_check_rows(rows_per_program) if rows_per_program is not None
-            else _rows_per_program(T, gpp * gp2, x2.element_size(), chunks))
+            else _rows_per_program(T, gpp * gp2, x2.element_size(), chunks, groups=True))
     launch(_quant_group_kernel, (cdiv(T, rows), chunks),
            (x2, _q_arg(q2), s2, counts if counts is not None else s2, T, K, G, max(t_max, 1),
             x2.stride(0), q2.stride(0), s2.stride(0)),
