@@ -673,13 +673,14 @@ def write_config_file(path: str, results: dict, meta: Optional[dict] = None) -> 
     """Write {T: {"gemm1", "gemm2"}} (+ meta) to ``path`` atomically. Entries of an existing
     file tuned with the same Triton major.minor are kept for the T not re-tuned."""
     run = _running_triton_version()
-    entries = {}
+    entries, old_meta = {}, {}
     if os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
                 old = json.load(f)
             if _major_minor(old.get("triton_version")) == _major_minor(run):
                 entries = {int(k): v for k, v in old.items() if str(k).isdigit()}
+                old_meta = old.get("meta") if isinstance(old.get("meta"), dict) else {}
         except (OSError, ValueError):
             entries = {}
     entries.update({int(T): v for T, v in results.items()})
@@ -687,7 +688,10 @@ def write_config_file(path: str, results: dict, meta: Optional[dict] = None) -> 
     for T in sorted(entries):
         data[str(T)] = entries[T]
     if meta is not None:
-        data["meta"] = meta
+        # the per-T records of earlier runs stay (for the T kept), as do notes added by hand
+        points = {k: v for k, v in (old_meta.get("points") or {}).items() if k.isdigit() and int(k) in entries}
+        points.update(meta.get("points") or {})
+        data["meta"] = {**{k: v for k, v in old_meta.items() if k not in meta}, **meta, "points": points}
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)

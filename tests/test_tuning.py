@@ -405,10 +405,20 @@ def test_search_point_nothing_launches_raises():
 def test_written_file_round_trips_and_merges(isolated):
     user, _ = isolated
     path = os.path.join(str(user), config_file_name(8, 14336, DEV))
-    tuning.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}}, {"points": {}})
-    tuning.write_config_file(path, {256: {"gemm1": full(64), "gemm2": full(64)}}, {"points": {}})
+    tuning.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}},
+                             {"seconds": 1, "points": {"16": {"tuned_us": 5.0}}})
+    with open(path) as f:                                   # a note added by hand
+        d = json.load(f)
+    d["meta"]["retune_note"] = "kept"
+    with open(path, "w") as f:
+        json.dump(d, f)
+    tuning.write_config_file(path, {256: {"gemm1": full(64), "gemm2": full(64)}},
+                             {"seconds": 2, "points": {"256": {"tuned_us": 50.0}}})
     data = json.load(open(path))
     assert data["triton_version"] == "3.6.0" and set(data) == {"triton_version", "16", "256", "meta"}
+    # the earlier run's per-T record and the note survive; the new run's fields win
+    assert data["meta"]["points"] == {"16": {"tuned_us": 5.0}, "256": {"tuned_us": 50.0}}
+    assert data["meta"]["retune_note"] == "kept" and data["meta"]["seconds"] == 2
     lc = load()
     assert lc.get(20)[1]["BLOCK_SIZE_M"] == 32 and lc.get(200)[0]["BLOCK_SIZE_M"] == 64
 
