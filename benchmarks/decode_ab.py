@@ -38,26 +38,18 @@ SHAPES = [("qwen3-30b-a3b", 1), ("deepseek-v3", 8), ("mixtral-8x7b", 1)]
 
 def around(default: dict, esize: int, group_k=None):
     """Section A's --around grid: decode_config's BN and BK halved / kept / doubled, with its
-    num_warps (and the other warp count at its BN x BK), each with the [R, BN, BK]
-    accumulator off and on (ACC3) and, for 8-bit weights, both weight widenings (W_CVT)."""
+    num_warps (and the other warp count at its BN x BK). (Session 5 also swept here a
+    [R, BN, BK] accumulator reduced once instead of per K step, and 8-bit weights widened
+    with integer ops instead of conversion instructions: both slower, docs/BENCHMARKS.md.)"""
     bn0, bk0, w0 = default["BLOCK_N"], default["BLOCK_K"], default["num_warps"]
-    cvts = (0, 1) if esize == 1 else (0,)
     out = []
     for bn in (max(2, bn0 // 2), bn0, bn0 * 2):
         for bk in (max(16, bk0 // 2), bk0, bk0 * 2):
             if group_k is not None and (group_k % bk if bk <= group_k else bk % group_k):
                 continue
             for warps in (w0, 12 - w0) if (bn, bk) == (bn0, bk0) else (w0,):
-                # (ACC3 with block scales needs BK <= the group: below)
-                for acc3 in (0, 1) if group_k is None or bk <= group_k else (0,):
-                    for cvt in cvts:
-                        out.append(dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=True, ACC3=acc3, W_CVT=cvt))
-    if group_k is not None:       # ACC3 at BK = the group, BN filling 4-16 KB
-        for bn in (bn0, 2 * bn0, 4 * bn0, 8 * bn0):
-            for warps in (4, 8):
-                for cvt in cvts:
-                    out.append(dict(BLOCK_N=bn, BLOCK_K=group_k, num_warps=warps, PREFETCH=True, ACC3=1, W_CVT=cvt))
-    return [dict(t) for t in dict.fromkeys(tuple(c.items()) for c in out)]      # unique, in order
+                out.append(dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=True))
+    return out
 
 
 def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=False):
@@ -200,7 +192,7 @@ def main():
     ap.add_argument("--schemes", default="none,fp8_channel,fp8_block", help="schemes of both sections")
     ap.add_argument("--a16", action="store_true", help="section A: W8A8 schemes with 16-bit activations")
     ap.add_argument("--around", action="store_true", help="section A: the grid around decode_config's choice "
-                    "with ACC3 and W_CVT (function around)")
+                    "(function around)")
     ap.add_argument("--d-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
                     "deepseek-v3:8:fp8_block,qwen3-30b-a3b:1:fp8_tensor", help="section D: model:tp:scheme list")
     ap.add_argument("--d-tokens", default="1,2,4,8,16")
@@ -227,7 +219,7 @@ def main():
             dflt = [r for r in ok if all(r[key] == v for key, v in default[g].items())]
             for r in ok[:6] + dflt:
                 print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']} pf{int(r['PREFETCH'])} "
-                      f"acc3 {r.get('ACC3', 0)} cvt {r.get('W_CVT', 0)} {r['us']:7.2f} us "
+                      f"{r['us']:7.2f} us "
                       f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
         del w
         torch.cuda.empty_cache()

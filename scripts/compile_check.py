@@ -72,10 +72,6 @@ def main() -> int:
                                                                w13_bias=torch.empty(E, 2 * I, dtype=bf))),
                 (f"{name} T={T} gemm1 pdl", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True)),
                 (f"{name} T={T} gemm2 pdl", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True)),
-                (f"{name} T={T} gemm1 acc3", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True,
-                                                            config=dict(dk.decode_config(2, T * k, I, H, 2), ACC3=1))),
-                (f"{name} T={T} gemm2 acc3", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True,
-                                                            config=dict(dk.decode_config(8, T, H, I, 2), ACC3=1))),
             ]
     # the W8A8 decode chain (fp8 per token, fp8 1x128 groups): quantization kernels with PDL,
     # GEMM1 waiting for x, GEMM2 for h
@@ -96,8 +92,7 @@ def main() -> int:
                                                              pdl=True, pdl_wait=True, **q)),
             (f"fp8 {quant} gemm2 pdl", dk.gemm2_launch(hq, w2, ids, tw, out, a_scale=hs, b_scale=s2, pdl=True, **q)),
         ]
-    # W8A8 weights with 16-bit x / h (FUSEDMOE_W8A8_DECODE=a16), the weights widened by the
-    # conversion instructions (W_CVT 0) or by integer ops (W_CVT 1); int8 weights too
+    # W8A8 weights with 16-bit x / h (FUSEDMOE_W8A8_DECODE=a16), int8 weights too
     i8 = torch.int8
     for quant, wd, s13, s2, blk in (
             ("channel", fp8, torch.empty(E, 2 * I), torch.empty(E, H), None),
@@ -105,16 +100,12 @@ def main() -> int:
             ("channel", i8, torch.empty(E, 2 * I), torch.empty(E, H), None)):
         a13, a2 = torch.empty(E, 2 * I, H, dtype=wd), torch.empty(E, H, I, dtype=wd)
         q = dict(quant=quant, block_shape=blk)
-        for cvt, acc3 in ((0, 0), (1, 0), (0, 1), (1, 1)):
-            bk = dict(BLOCK_K=128) if acc3 and blk else {}
-            c1 = dict(dk.decode_config(2, T * k, I, H, 1, group_k=blk and blk[1]), W_CVT=cvt, ACC3=acc3, **bk)
-            c2 = dict(dk.decode_config(8, T, H, I, 1, group_k=blk and blk[1]), W_CVT=cvt, ACC3=acc3, **bk)
-            lab = f"a16 {quant} {str(wd)[6:]} cvt{cvt} acc3{acc3}"
-            cases += [
-                (f"{lab} gemm1", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h, b_scale=s13,
-                                                 pdl=True, config=c1, **q)),
-                (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=c2, **q)),
-            ]
+        lab = f"a16 {quant} {str(wd)[6:]}"
+        cases += [
+            (f"{lab} gemm1", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h, b_scale=s13,
+                                             pdl=True, **q)),
+            (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, **q)),
+        ]
 
     def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf):
         """_quant_rows_kernel on a [rows, bk] tile (num_warps as quantize._launch_rows)."""

@@ -225,6 +225,17 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, a16):
     check(pe, cfg, w, mk.x(cfg, 7, seed=22).to(dev), mk.logits(cfg, 7, seed=23).to(dev))
 
 
+def test_triton_decode_pair_bounds(monkeypatch):
+    # the measured crossovers (backends/triton.py docstring): 16-bit E/4; W8A8 with 16-bit
+    # activations min(E/4, 32); W8A8 quantized (a8) E/16; never below k
+    from fusedmoe.backends.triton import decode_pairs
+    for (E, k), want in {(128, 8): (32, 32, 8), (256, 8): (64, 32, 16), (8, 2): (2, 2, 2)}.items():
+        cfg = MoEConfig(E, k, 256, 128)
+        assert tuple(decode_pairs(cfg, m) for m in ("16bit", "a16", "a8")) == want, (E, k)
+    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "5")
+    assert decode_pairs(MoEConfig(128, 8, 256, 128), "a16") == 5
+
+
 # ------------------------------------------------------------------------------ strided inputs
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_strided_inputs(mk, backend):

@@ -64,19 +64,13 @@ def test_decode_gate_up_not_interchangeable():
     assert _rel(a, b) > 0.1
 
 
-@pytest.mark.parametrize("acc3", [None, 1], ids=["default", "acc3"])
 @pytest.mark.parametrize("T", [1, 2, 7])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
-def test_decode_forward(T, dtype, acc3):
-    # decode_config's own choice, or its choice with the [R, BN, BK] accumulator (ACC3)
+def test_decode_forward(T, dtype):
     w13, w2, _, _ = _weights(E, H_ODD, I_ODD, dtype)
     x = _x(T, H_ODD, dtype)
     tw, ids = _routing(T, E, K_TOP, seed=T)
-    kw = {}
-    if acc3:
-        kw = dict(config1=dict(decode_config(2, T * K_TOP, I_ODD, H_ODD, x.element_size(), 4), ACC3=1),
-                  config2=dict(decode_config(K_TOP, T, H_ODD, I_ODD, x.element_size(), 4), ACC3=1))
-    out = decode_forward(x, w13, w2, tw, ids, "silu", **kw)
+    out = decode_forward(x, w13, w2, tw, ids, "silu")            # decode_config's own choice
     ref = moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=dtype)
     assert out.shape == (T, H_ODD) and out.dtype == dtype
     assert _rel(out, ref) < TOL.get(dtype, TOL_BF16)
@@ -182,10 +176,9 @@ def test_decode_fused_map_bias_no_weight_and_empty():
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")
-@pytest.mark.parametrize("bk,prefetch,acc3", [(32, True, 0), (16, False, 0), (64, True, 0), (32, True, 1),
-                                               (16, True, 1), (64, False, 1)])
+@pytest.mark.parametrize("bk,prefetch", [(32, True), (16, False), (64, True)])
 @pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
-def test_decode_quantized(case, bk, prefetch, acc3):
+def test_decode_quantized(case, bk, prefetch):
     # small-integer operands and power-of-two scales (see test_kernels_gemm): exact in fp32.
     # Block scales (16, 32): BK 16 = half a group, 32 = one, 64 = two groups per K tile
     # (H = 64: the second tile of GEMM2's K = I = 48 holds a partial group)
@@ -200,7 +193,7 @@ def test_decode_quantized(case, bk, prefetch, acc3):
     a1 = _pow2(a_shape(T, H), 10) if a_shape else None
     b1 = _pow2(b_shape(2 * I, H), 11)
     tw, ids = _routing(T, E, k)
-    cfg = dict(BLOCK_N=8, BLOCK_K=bk, PREFETCH=prefetch, ACC3=acc3)   # (block, BK 64: ACC3 not taken)
+    cfg = dict(BLOCK_N=8, BLOCK_K=bk, PREFETCH=prefetch)
     h = torch.empty(T * k, I, device=DEV)
     decode_gemm1(x, w13, ids, "silu", h, quant=quant, a_scale=a1, b_scale=b1, block_shape=block, config=cfg)
     ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1, block=block)
@@ -214,15 +207,13 @@ def test_decode_quantized(case, bk, prefetch, acc3):
     assert _rel(out, ref2) < 1e-5
 
 
-@pytest.mark.parametrize("w_cvt,acc3", [(0, 0), (1, 0), (0, 1), (1, 1)])
 @pytest.mark.parametrize("case", [c for c in QUANT_CASES if c[1] != "w8a16"],
                          ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
-def test_decode_8bit_weights_16bit_activations(case, w_cvt, acc3):
+def test_decode_8bit_weights_16bit_activations(case):
     # W8A8 weights with 16-bit activations (the triton backend's decode default,
-    # FUSEDMOE_W8A8_DECODE=a16), widened by the conversion instructions (W_CVT 0) or by
-    # integer ops (W_CVT 1: fp8 as w * 2^-120 with the activation scaled by 2^64, int8 via
-    # 2^23 + b): random operands, fp8 weights with many subnormals (|w| < 2^-6) and sign
-    # bits, fp32 x; both exact products in fp32, so both match the reference to rounding
+    # FUSEDMOE_W8A8_DECODE=a16): random operands, fp8 weights with many subnormals
+    # (|w| < 2^-6) and sign bits, fp32 x: exact products in fp32, so the kernels match the
+    # reference to rounding
     quant, dt, _, b_shape = case
     T, k = 3, K_TOP
     block = (16, 32) if quant == "block" else None
@@ -237,7 +228,7 @@ def test_decode_8bit_weights_16bit_activations(case, w_cvt, acc3):
     x = _randn(T, H, seed=32)
     b1, b2 = _pow2(b_shape(2 * I, H), 11), _pow2(b_shape(H, I), 14)
     tw, ids = _routing(T, E, k)
-    cfg = dict(BLOCK_N=8, BLOCK_K=32, PREFETCH=True, W_CVT=w_cvt, ACC3=acc3)
+    cfg = dict(BLOCK_N=8, BLOCK_K=32, PREFETCH=True)
     h = decode_gemm1(x, w13, ids, "silu", quant=quant, b_scale=b1, block_shape=block, config=cfg)
     ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, b_scale=b1, block=block)
     assert _rel(h, ref1) < 1e-5

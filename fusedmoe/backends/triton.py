@@ -1,7 +1,8 @@
 """``triton``: fusedmoe's Triton grouped-GEMM experts, standard format.
 
 Two paths, chosen per call by the pair count T*k (the selection report lists them per T):
-  decode  (T*k <= max(k, E // 4) or, W8A8, max(k, E // 16); FUSEDMOE_DECODE_PAIRS overrides):
+  decode  (T*k <= max(k, E // 4); W8A8 max(k, min(E // 4, 32)), or max(k, E // 16) with
+          FUSEDMOE_W8A8_DECODE=a8; FUSEDMOE_DECODE_PAIRS overrides):
           kernels/decode.py, two launches (16-bit on sm90+: GEMM2 a programmatic dependent
           launch of GEMM1, FUSEDMOE_DECODE_PDL; both bound per shape, launcher.Bound, and
           served through ModularKernel's ``direct`` hook: little host time per eager call):
@@ -15,7 +16,12 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
           (x and h quantized by their own kernels, 4 launches) gains less: qwen3
           fp8_channel T=1 31.5 = 31.5, T=4 loses 27%; deepseek fp8_block T=1 46.2 -> 33.4,
           T=4 loses 10%: max(k, E // 16). (Session 3 figures; since then, as a PDL chain:
-          qwen3 fp8_channel T=1 20.5 us, deepseek fp8_block 26.9.)
+          qwen3 fp8_channel T=1 20.5 us, deepseek fp8_block 26.9.) Session 5: W8A8 keeps x
+          and h 16-bit at decode by default (FUSEDMOE_W8A8_DECODE=a16; two launches, PDL):
+          T=1 graphs qwen3 fp8_channel 20.4 -> 18.1 us, int8 19.9 -> 19.4, fp8_tensor 31.1 ->
+          18.2, deepseek fp8_block 26.7 -> 25.0; eager 105-190 -> 31-35 us. Against the
+          grouped path: qwen3 T=4 61 vs 72 us, T=8 equal; deepseek T=4 86 vs 88, T=8 165 vs
+          154: hence min(E // 4, 32) pairs.
   grouped (otherwise), below.
 
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
@@ -54,12 +60,16 @@ QUANT_MIN_SM = {QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMe
                 QuantMethod.INT8_CHANNEL: 80}
 
 
-def decode_pairs(config: MoEConfig, quantized: bool = False) -> int:
-    """Largest T*k served by the decode kernels: FUSEDMOE_DECODE_PAIRS, else max(k, E // 4)
-    for 16-bit weights, max(k, E // 16) for W8A8 (one token always; more while the pairs
-    mostly hit distinct experts; see the module docstring for the measurements)."""
+def decode_pairs(config: MoEConfig, mode: str = "16bit") -> int:
+    """Largest T*k served by the decode kernels: FUSEDMOE_DECODE_PAIRS, else by ``mode``:
+    '16bit' max(k, E // 4); 'a16' (W8A8 weights, 16-bit activations) max(k, min(E // 4, 32));
+    'a8' (W8A8 with x and h quantized: 4 launches) max(k, E // 16). One token always; more
+    while the pairs mostly hit distinct experts (measurements: the module docstring)."""
     v = env.decode_pairs()
-    return v if v is not None else max(config.top_k, config.num_local_experts // (16 if quantized else 4))
+    if v is not None:
+        return v
+    E, k = config.num_local_experts, config.top_k
+    return max(k, {"16bit": E // 4, "a16": min(E // 4, 32), "a8": E // 16}[mode])
 
 
 def decode_pdl_ok(platform) -> bool:
@@ -139,7 +149,8 @@ class TritonExperts(Experts):
         self.pdl_chain = (self.quantized and not self.decode_a16 and self.scheme.method != QuantMethod.FP8_TENSOR
                           and decode_pdl_ok(platform))
         self.pdl = decode_pdl_ok(platform) and (not self.quantized or self.decode_a16 or self.pdl_chain)
-        self.decode_pairs = decode_pairs(config, self.quantized and not self.decode_a16)  # env read once
+        self.decode_pairs = decode_pairs(config, ("a16" if self.decode_a16 else "a8") if self.quantized
+                                         else "16bit")  # env read once
         # (both decode GEMMs in one launch, kernels/decode.py fused_launch, measured slower
         # than the two with PDL on the H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8
         # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
@@ -349,7 +360,7 @@ def _variants(config, quant, platform):
     out = {"source": lc.describe()}
     quantized = quant.method != QuantMethod.NONE
     a16 = quantized and env.w8a8_decode() == "a16"
-    dp = decode_pairs(config, quantized and not a16)
+    dp = decode_pairs(config, ("a16" if a16 else "a8") if quantized else "16bit")
     for T in BUCKETS:
         if T * config.top_k <= dp:
             chained = quantized and not a16

@@ -121,96 +121,40 @@ def _row_scales(a_rows, stride_ak, K, k_lim, QMAX: tl.constexpr, R: tl.constexpr
     return _scale_from_amax_bits(bits, QMAX, False)
 
 
-# W_CVT 1: 8-bit weights widened to fp32 with integer ops instead of the conversion
-# instructions (fp8: e4m3 -> f16x2 -> f32 cvts; int8: I2F), whose throughput per SM is a
-# fraction of the ALUs' and, at decode, of what HBM delivers. fp8 e4m3: the byte's
-# exponent and mantissa bits moved to fp32's mantissa top ((b & 0x7F) << 20, sign to bit
-# 31) ARE the fp32 number w * 2^-120, exactly, subnormals included; the activation is
-# scaled by 2^W_A_EXP so that the products stay normal, and the sum is scaled back by
-# 2^(120 - W_A_EXP) (``_w_cvt_unscale``). int8: (b ^ 0x80) | 0x4B000000 is the fp32
-# 2^23 + b + 128, exactly; subtracting 2^23 + 128 gives b.
-W_A_EXP = tl.constexpr(64)
-
-
-@triton.jit
-def _w_f32(w, W_CVT: tl.constexpr):
-    if W_CVT and w.dtype == tl.float8e4nv:
-        b = w.to(tl.uint8, bitcast=True).to(tl.int32)
-        return (((b & 0x7F) << 20) | ((b & 0x80) << 24)).to(tl.float32, bitcast=True)
-    elif W_CVT and w.dtype == tl.int8:
-        b = w.to(tl.uint8, bitcast=True).to(tl.int32)
-        return ((b ^ 0x80) | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0
-    else:
-        return w.to(tl.float32)
-
-
-@triton.jit
-def _a_f32(a, w, W_CVT: tl.constexpr):
-    if W_CVT and w.dtype == tl.float8e4nv:
-        return a.to(tl.float32) * 18446744073709551616.0          # 2^W_A_EXP
-    else:
-        return a.to(tl.float32)
-
-
-@triton.jit
-def _w_cvt_unscale(acc, w_ptrs, W_CVT: tl.constexpr):
-    if W_CVT and w_ptrs.dtype.element_ty == tl.float8e4nv:
-        return acc * 72057594037927936.0                          # 2^(120 - W_A_EXP)
-    else:
-        return acc
-
-
 @triton.jit
 def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
                 QA: tl.constexpr, QTYPE: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
-                R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, W_CVT: tl.constexpr = 0,
-                ACC3: tl.constexpr = 0):
+                R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """acc [R, BN] += sum_k a[r, k] * w[r, n, k].
 
     QA 1: a is 16-bit and is quantized here with the per-row scales ``sa_tok`` (applied
     later, in the epilogue); QA 2: a is quantized here per GROUP_K group (fp8, optionally
     power-of-two scales) and the group scales are applied like given block scales (mode 3)."""
-    if ACC3:
-        # acc [R, BN, BK]: elementwise products summed over K steps, reduced over BK once at
-        # the end (``_rows_dot``), not per step: no cross-thread shuffles in the loop. Block
-        # scales: one group per K tile (BLOCK_K <= GROUP_K, checked by the wrapper)
-        if INT_ACC:
-            acc += w.to(tl.int32) * a.to(tl.int32)[:, None, :]
-        else:
-            af = _a_f32(a, w, W_CVT)
-            g = k0 // GROUP_K
-            if A_SCALE == 3:
-                af = af * tl.load(as_rows + g * stride_ask)[:, None]
-            p = _w_f32(w, W_CVT)
-            if B_SCALE == 3:
-                p = p * tl.load(bs_rows + g * stride_bsk)[:, :, None]
-            acc += p * af[:, None, :]
-    else:     # (no early return above: Triton 3.6 compiles the code after it anyway)
-        if QA == 1:
-            a = _fake_quant(a, sa_tok[:, None], QTYPE, BITWISE_FP8)
-        if INT_ACC:
-            acc += tl.sum(w.to(tl.int32) * a.to(tl.int32)[:, None, :], axis=2)
-        elif A_SCALE == 3 or B_SCALE == 3 or QA == 2:
-            # NG scale groups of GG columns in this K tile (NG = 1: the tile lies in one group)
-            NG: tl.constexpr = BLOCK_K // GROUP_K if BLOCK_K > GROUP_K else 1
-            GG: tl.constexpr = BLOCK_K // NG
-            a3 = tl.reshape(_a_f32(a, w, W_CVT), (R, NG, GG))
-            if QA == 2:
-                sq = _scale_from_amax_bits(tl.max(_abs_bits(a3), axis=2), 448.0, POW2)      # [R, NG]
-                a3 = _fake_quant(a3, sq[:, :, None], "fp8", BITWISE_FP8)
-            p = tl.sum(_w_f32(tl.reshape(w, (R, BLOCK_N, NG, GG)), W_CVT) * a3[:, None, :, :], axis=3)  # [R, BN, NG]
-            g = k0 // GROUP_K + tl.arange(0, NG)
-            g_ok = g * GROUP_K < K                        # groups past K: products are 0, scales unread
-            if QA == 2:
-                p = p * sq[:, None, :]
-            elif A_SCALE == 3:
-                p = p * tl.load(as_rows[:, None] + g[None, :] * stride_ask, mask=g_ok[None, :], other=0.0)[:, None, :]
-            if B_SCALE == 3:
-                p = p * tl.load(bs_rows[:, :, None] + g[None, None, :] * stride_bsk, mask=g_ok[None, None, :], other=0.0)
-            acc += tl.sum(p, axis=2)
-        else:
-            acc += tl.sum(_w_f32(w, W_CVT) * _a_f32(a, w, W_CVT)[:, None, :], axis=2)
+    if QA == 1:
+        a = _fake_quant(a, sa_tok[:, None], QTYPE, BITWISE_FP8)
+    if INT_ACC:
+        acc += tl.sum(w.to(tl.int32) * a.to(tl.int32)[:, None, :], axis=2)
+    elif A_SCALE == 3 or B_SCALE == 3 or QA == 2:
+        # NG scale groups of GG columns in this K tile (NG = 1: the tile lies in one group)
+        NG: tl.constexpr = BLOCK_K // GROUP_K if BLOCK_K > GROUP_K else 1
+        GG: tl.constexpr = BLOCK_K // NG
+        a3 = tl.reshape(a.to(tl.float32), (R, NG, GG))
+        if QA == 2:
+            sq = _scale_from_amax_bits(tl.max(_abs_bits(a3), axis=2), 448.0, POW2)      # [R, NG]
+            a3 = _fake_quant(a3, sq[:, :, None], "fp8", BITWISE_FP8)
+        p = tl.sum(tl.reshape(w, (R, BLOCK_N, NG, GG)).to(tl.float32) * a3[:, None, :, :], axis=3)  # [R, BN, NG]
+        g = k0 // GROUP_K + tl.arange(0, NG)
+        g_ok = g * GROUP_K < K                        # groups past K: products are 0, scales unread
+        if QA == 2:
+            p = p * sq[:, None, :]
+        elif A_SCALE == 3:
+            p = p * tl.load(as_rows[:, None] + g[None, :] * stride_ask, mask=g_ok[None, :], other=0.0)[:, None, :]
+        if B_SCALE == 3:
+            p = p * tl.load(bs_rows[:, :, None] + g[None, None, :] * stride_bsk, mask=g_ok[None, None, :], other=0.0)
+        acc += tl.sum(p, axis=2)
+    else:
+        acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
     return acc
 
 
@@ -242,8 +186,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
               QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
               BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, wait_ptr=None, wait_target=0,
-              W_CVT: tl.constexpr = 0, ACC3: tl.constexpr = 0):
+              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, wait_ptr=None, wait_target=0):
     """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
     each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
     or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
@@ -262,9 +205,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
         sa_tok = _row_scales(a_rows, stride_ak, K, k_lim, QMAX, R, BLOCK_K)
     else:
         sa_tok = tl.full((R,), 1.0, dtype=tl.float32)
-    if ACC3:
-        acc = tl.zeros((R, BLOCK_N, BLOCK_K), dtype=tl.int32 if INT_ACC else tl.float32)
-    elif INT_ACC:
+    if INT_ACC:
         acc = tl.zeros((R, BLOCK_N), dtype=tl.int32)
     else:
         acc = tl.zeros((R, BLOCK_N), dtype=tl.float32)
@@ -279,17 +220,13 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
             a, w = a_nx, w_nx
             a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + BLOCK_K, k_lim, BLOCK_K)
             acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
-                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K,
-                              W_CVT, ACC3)
+                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K)
     else:
         for k0 in range(0, K, BLOCK_K):
             a, w = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K)
             acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
-                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K,
-                              W_CVT, ACC3)
-    if ACC3:
-        acc = tl.sum(acc, axis=2)
-    return _w_cvt_unscale(acc.to(tl.float32), w_rows, W_CVT), sa_tok
+                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K)
+    return acc.to(tl.float32), sa_tok
 
 
 @triton.jit
@@ -322,7 +259,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
                 INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                 POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, W_CVT: tl.constexpr = 0, ACC3: tl.constexpr = 0):
+                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0):
     """GEMM1 for pair s (int64), N tile pid_n; R = 2 weight row groups (gate, up) or 1. A
     dropped pair writes nothing (its h row is never read). WAIT 1: x is the previous
     kernel's output (``_rows_dot``)."""
@@ -341,7 +278,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
         acc, sa_tok = _rows_dot(x_rows, stride_xk, w_ptr + e64[:, None] * stride_we + wrows * stride_wn, stride_wk,
                                 K, K + r * 0, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
                                 stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                                R, BLOCK_N, BLOCK_K, PREFETCH, WAIT, W_CVT=W_CVT, ACC3=ACC3)
+                                R, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
         acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e64 * stride_bias_e, wrows, stride_bsn,
                         stride_bias_n, A_SCALE, B_SCALE, HAS_BIAS, QA)
         g = tl.sum(tl.where(r[:, None] == 0, acc, 0.0), axis=0)                    # [BN]
@@ -359,8 +296,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                 MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                 GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                 QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, wait_ptr, wait_target,
-                W_CVT: tl.constexpr = 0, ACC3: tl.constexpr = 0):
+                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, wait_ptr, wait_target):
     """GEMM2 for token t (int64), N tile pid_n: all k slots at once as R = KP (k rounded up
     to a power of two) weight row groups, then a fixed-order sum over the slots. WAIT: the
     first weight tile is read before h is waited for (``_rows_dot``)."""
@@ -379,7 +315,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                             stride_wk, K, tl.where(keep, K, 0), as_rows, stride_ask,
                             bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
                             A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, wait_ptr, wait_target, W_CVT, ACC3)
+                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, wait_ptr, wait_target)
     acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
                     A_SCALE, B_SCALE, HAS_BIAS, QA)
     if MUL_W:
@@ -401,7 +337,7 @@ def _decode_gemm1_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, W_CVT: tl.constexpr = 0, ACC3: tl.constexpr = 0,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
 ):
     """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2, or the
     requantization of h) launch as soon as every program of this grid runs. PDL_WAIT: this
@@ -414,8 +350,7 @@ def _decode_gemm1_kernel(
                 stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
                 stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N, GROUP_K,
-                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0,
-                W_CVT, ACC3)
+                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -428,7 +363,7 @@ def _decode_gemm2_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, W_CVT: tl.constexpr = 0, ACC3: tl.constexpr = 0,
+    PDL: tl.constexpr = False,
 ):
     """Grid (N tiles, tokens). PDL: launched as a programmatic dependent of the kernel that
     wrote h; reads ids and the first weight tile, then waits for that kernel."""
@@ -437,7 +372,7 @@ def _decode_gemm2_kernel(
                 stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                 stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE, QMAX,
-                POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, h_ptr, 0, W_CVT, ACC3)
+                POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, h_ptr, 0)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -548,12 +483,6 @@ def _check_block_k(bk: int, quant: str, block_shape, quantize_a) -> None:
             f"BLOCK_K {bk} must divide the scale group {gk} or be a multiple of it"
 
 
-def _acc3_ok(bk: int, quant: str, block_shape, quantize_a) -> bool:
-    """ACC3 (a [R, BN, BK] accumulator): not with in-kernel A quantization, and with block
-    scales only when a K tile lies in one scale group."""
-    return quantize_a is None and (quant != "block" or bk <= block_shape[1])
-
-
 def _quant_flags(quant, a, b, a_scale, b_scale, block_shape, quantize_a, pow2):
     """(scale pointers and strides, constexprs) for the kernels. ``quantize_a`` None (A is
     used as given) or 'fp8' / 'int8': A is 16-bit and the kernel quantizes it the way
@@ -600,10 +529,7 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
         sb = w
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
-                  BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)),
-                  W_CVT=int(config.get("W_CVT", 0)) if w.element_size() == 1 and not quantize_a else 0,
-                  ACC3=int(config.get("ACC3", 0)) if _acc3_ok(config["BLOCK_K"], quant, block_shape, quantize_a) else 0,
-                  **qflags)
+                  BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
     return config, (sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk), consts
 
 
