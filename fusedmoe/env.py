@@ -15,7 +15,8 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | (no cached launcher, kernels/launcher.py; default 1)          |
 | FUSEDMOE_DECODE_PAIRS       | the ``triton`` backend's decode kernels (kernels/decode.py)   |
 |                             | serve T*k <= this many pairs; 0 turns them off (default:      |
-|                             | max(k, E // 4) for E local experts, E // 16 for W8A8; see    |
+|                             | max(k, E // 4) for E local experts; W8A8 min(E // 4, 32), or |
+|                             | E // 16 with FUSEDMOE_W8A8_DECODE=a8; see                     |
 |                             | backends/triton.py)                                           |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |

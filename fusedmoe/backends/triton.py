@@ -122,13 +122,14 @@ class TritonExperts(Experts):
         super().__init__(config, weights)
         self.scheme = weights.scheme
         self.quant_mode = QUANT_MODE[self.scheme.method]
-        # W8A8: x is quantized here (grouped path: one kernel before GEMM1) or inside the
-        # decode GEMMs, so prepare hands the experts 16-bit x
+        # W8A8: x is quantized here (grouped path: one kernel before GEMM1; decode: not at all
+        # by default, see decode_a16), so prepare hands the experts 16-bit x
         self.input_quant = False
         self.quantized = self.scheme.method != QuantMethod.NONE
         # (the decode GEMMs could quantize x and h themselves, kernels/decode.py quantize_a,
         # but that measured slower on the H100: qwen3 fp8_channel T=1 59.9 vs 30.6 us with
-        # the quantization kernels, deepseek fp8_block 48.6 vs 32.1; both paths use them)
+        # the quantization kernels, deepseek fp8_block 48.6 vs 32.1; FUSEDMOE_W8A8_DECODE=a8
+        # uses the kernels)
         self.reduce = "deterministic"           # the atomic variant is kept for measurement only
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
