@@ -52,19 +52,7 @@ def around(default: dict, esize: int, group_k=None):
     return out
 
 
-def mma_grid(gemm: str, group_k=None):
-    """Section A's --mma grid: the tensor-core decode kernels (config MMA=1) over BN x BK x
-    num_stages x num_warps (block scales: BK = the group)."""
-    out = []
-    for bn in (16, 32, 64):
-        for bk in ((group_k,) if group_k else (128, 256, 512)):
-            for stages in (2, 3, 4):
-                for warps in (4, 8) if bn >= 32 else (4,):
-                    out.append(dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, MMA=1))
-    return out
-
-
-def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=False, mma=False):
+def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=False):
     """Section A for one shape and scheme: every config's time per GEMM, and the default.
     W8A8 schemes run as the backend does with FUSEDMOE_W8A8_DECODE=a8: x and h quantized by
     the quantization kernels beforehand (untimed here), the GEMMs on the 8-bit operands;
@@ -94,10 +82,10 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=
     default = {"gemm1": decode_config(2, k, I, H, esize, group_k=gk), "gemm2": decode_config(kp, 1, H, I, esize, group_k=gk)}
     for gemm in ("gemm1", "gemm2"):
         R = 2 if gemm == "gemm1" else kp
-        configs = (mma_grid(gemm, gk) + [default[gemm]] if mma else around(default[gemm], esize, gk) if grid_around else
+        configs = (around(default[gemm], esize, gk) if grid_around else
                    [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=pf) for bn, bk, warps, pf in grid])
         for c in configs:
-            if R * c["BLOCK_N"] * c["BLOCK_K"] > 32768 and not c.get("MMA"):   # spills for sure: not worth a compile
+            if R * c["BLOCK_N"] * c["BLOCK_K"] > 32768:          # spills for sure: not worth a compile
                 continue
             if gemm == "gemm1":
                 calls = [lambda s=s, h=h, a=a: decode_gemm1(a[0], w.w13, s.topk_ids, "silu", h, config=c,
@@ -205,8 +193,6 @@ def main():
     ap.add_argument("--a16", action="store_true", help="section A: W8A8 schemes with 16-bit activations")
     ap.add_argument("--around", action="store_true", help="section A: the grid around decode_config's choice "
                     "(function around)")
-    ap.add_argument("--mma", action="store_true", help="section A: the tensor-core kernels (MMA=1, mma_grid) "
-                    "and decode_config's CUDA-core choice; implies --a16 for 8-bit schemes")
     ap.add_argument("--d-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
                     "deepseek-v3:8:fp8_block,qwen3-30b-a3b:1:fp8_tensor", help="section D: model:tp:scheme list")
     ap.add_argument("--d-tokens", default="1,2,4,8,16")
@@ -219,22 +205,21 @@ def main():
     sweeps = [(n, tp, "none") for n, tp in SHAPES] + [("qwen3-30b-a3b", 1, "fp8_channel"),
                                                         ("deepseek-v3", 8, "fp8_block")]
     want = set(a.schemes.split(","))
-    if a.around or a.mma:      # (Mixtral's T=1 decode is at ~100% of the roofline already)
+    if a.around:      # (Mixtral's T=1 decode is at ~100% of the roofline already)
         sweeps = [c for c in sweeps if c[0] != "mixtral-8x7b"]
     for name, tp, scheme in [c for c in sweeps if c[2] in want] if "A" not in skip else []:
         cfg = get_preset(name).to_config(tp=tp)
         w = hz.make_weights(cfg, scheme, "cuda", seed=0)
         sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
-        rows, default = kernel_sweep(cfg, w, sets, bw, a.quick or name == "mixtral-8x7b", scheme, a.a16 or a.mma,
-                                     a.around, a.mma)
+        rows, default = kernel_sweep(cfg, w, sets, bw, a.quick or name == "mixtral-8x7b", scheme, a.a16, a.around)
         res["A"][f"{name}/{scheme}"] = dict(rows=rows, default=default)
         for g in ("gemm1", "gemm2"):
             ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
             print(f"A {name:14s} {scheme:11s} {g}: default {default[g]}", flush=True)
-            dflt = [r for r in ok if all(r.get(key) == v for key, v in default[g].items()) and not r.get("MMA")]
+            dflt = [r for r in ok if all(r[key] == v for key, v in default[g].items())]
             for r in ok[:6] + dflt:
-                print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']} pf{int(r.get('PREFETCH', 0))} "
-                      f"mma{r.get('MMA', 0)} s{r.get('num_stages', '-')} {r['us']:7.2f} us "
+                print(f"    BN{r['BLOCK_N']:<3d} BK{r['BLOCK_K']:<5d} w{r['num_warps']} pf{int(r['PREFETCH'])} "
+                      f"{r['us']:7.2f} us "
                       f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
         del w
         torch.cuda.empty_cache()

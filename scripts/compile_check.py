@@ -106,13 +106,6 @@ def main() -> int:
                                              pdl=True, **q)),
             (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, **q)),
         ]
-        for bn, bk in ((16, 128), (64, 256)):       # the tensor-core variants (config MMA=1)
-            c = dict(BLOCK_N=bn, BLOCK_K=bk if not blk else 128, num_warps=4, num_stages=3, MMA=1)
-            cases += [
-                (f"{lab} mma{bn} gemm1", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h,
-                                                         b_scale=s13, pdl=True, config=c, **q)),
-                (f"{lab} mma{bn} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=c, **q)),
-            ]
 
     def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf):
         """_quant_rows_kernel on a [rows, bk] tile (num_warps as quantize._launch_rows)."""

@@ -207,17 +207,13 @@ def test_decode_quantized(case, bk, prefetch):
     assert _rel(out, ref2) < 1e-5
 
 
-@pytest.mark.parametrize("mma", [0, 1], ids=["cuda_cores", "mma"])
 @pytest.mark.parametrize("case", [c for c in QUANT_CASES if c[1] != "w8a16"],
                          ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
-def test_decode_8bit_weights_16bit_activations(case, mma):
+def test_decode_8bit_weights_16bit_activations(case):
     # W8A8 weights with 16-bit activations (the triton backend's decode default,
     # FUSEDMOE_W8A8_DECODE=a16): random operands, fp8 weights with many subnormals
-    # (|w| < 2^-6) and sign bits; x fp32 on the CUDA-core kernels (exact products, so they
-    # match the reference to rounding), 16-bit on the tensor-core ones (config MMA=1: the
-    # weights widened to x's type, products exact, fp32 sums; x in fp16 off the GPU, bf16 on
-    # it: the interpreter's bf16 dot is wrong), with biases, an expert map and every activation
-    # layout (gated, not gated)
+    # (|w| < 2^-6) and sign bits, fp32 x: exact products in fp32, so the kernels match the
+    # reference to rounding
     quant, dt, _, b_shape = case
     T, k = 3, K_TOP
     block = (16, 32) if quant == "block" else None
@@ -231,39 +227,13 @@ def test_decode_8bit_weights_16bit_activations(case, mma):
         assert (w13.float().abs() < 2 ** -6).float().mean() > 0.1
     x = _randn(T, H, seed=32)
     b1, b2 = _pow2(b_shape(2 * I, H), 11), _pow2(b_shape(H, I), 14)
-    if dt == torch.int8:              # int8 codes up to 127: scales of real checkpoints' size
-        b1, b2 = b1 / 128, b2 / 128   # (h must fit in fp16 on the MMA path)
     tw, ids = _routing(T, E, k)
     cfg = dict(BLOCK_N=8, BLOCK_K=32, PREFETCH=True)
-    tol = 1e-5
-    if mma:
-        cfg = dict(BLOCK_N=16, BLOCK_K=32, MMA=1, num_stages=2)
-        x = x.to(torch.bfloat16 if _CUDA else torch.float16)
-        tol = 2e-3 if _CUDA else 1e-3            # h rounded to 16 bits (the reference keeps fp32)
     h = decode_gemm1(x, w13, ids, "silu", quant=quant, b_scale=b1, block_shape=block, config=cfg)
     ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, b_scale=b1, block=block)
-    assert _rel(h, ref1) < tol
-    h16 = ref1.to(x.dtype)
-    out = decode_gemm2(h16, w2, ids, tw, quant=quant, b_scale=b2, block_shape=block, config=cfg)
-    assert _rel(out, gemm2_ref(h16.float(), w2, ids, tw, quant=quant, b_scale=b2, block=block)) < tol
-    if mma:      # bias, expert map (a dropped expert), not gated
-        emap = torch.arange(E, dtype=torch.int32, device=DEV)
-        emap[1] = -1
-        b13 = _randn(E, 2 * I, seed=33)
-        b2b = _randn(E, H, seed=34)
-        for act in ("silu", "relu2_no_mul"):
-            w = w13 if act == "silu" else w13[:, :I].contiguous()
-            s1 = b1 if act == "silu" or quant != "channel" else b1[:, :I].contiguous()
-            bb = b13 if act == "silu" else b13[:, :I].contiguous()
-            h = decode_gemm1(x, w, ids, act, quant=quant, b_scale=s1, block_shape=block, config=cfg,
-                             expert_map=emap, bias=bb)
-            r1 = gemm1_act_ref(x, w, ids, act, quant=quant, b_scale=s1, block=block, expert_map=emap, bias=bb)
-            keep = (emap[ids.long()] >= 0).reshape(-1).cpu()
-            assert _rel(h[keep], r1[keep]) < tol
-        out = decode_gemm2(h16, w2, ids, tw, quant=quant, b_scale=b2, block_shape=block, config=cfg,
-                           expert_map=emap, bias=b2b)
-        assert _rel(out, gemm2_ref(h16.float(), w2, ids, tw, quant=quant, b_scale=b2, block=block,
-                                   expert_map=emap, bias=b2b)) < tol
+    assert _rel(h, ref1) < 1e-5
+    out = decode_gemm2(ref1.float(), w2, ids, tw, quant=quant, b_scale=b2, block_shape=block, config=cfg)
+    assert _rel(out, gemm2_ref(ref1.float(), w2, ids, tw, quant=quant, b_scale=b2, block=block)) < 1e-5
 
 
 def test_decode_config_rules():

@@ -375,158 +375,6 @@ def _decode_gemm2_kernel(
                 POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, h_ptr, 0)
 
 
-# ----------------------------------------------------------------------------------------
-# MMA variants (config MMA=1): 8-bit weights with a 16-bit activation on the tensor cores.
-# The CUDA-core kernels above spend ~2.5 instructions per 8-bit weight (widen to fp32, FMA,
-# cross-thread sums) and reach 54-71% of copy bandwidth where 16-bit weights reach 78-90%.
-# Here a weight tile [BN, BK] is widened to the activation's 16-bit type (e4m3 -> f16: one
-# cvt per two weights) and multiplied by tl.dot against a [BK, 16] activation operand whose
-# column 0 (GEMM1) or column j (GEMM2, slot j) holds the row: M = BN weight rows, N = 16,
-# fp32 accumulation, products exact as on the CUDA cores. Triton pipelines the dot operand
-# loads (num_stages). Scales: per expert / per channel in the epilogue; 128 x 128 blocks
-# per K step (BN divides GROUP_N and BK divides GROUP_K: one scale per tile and step).
-
-
-@triton.jit
-def _mma_w(w_ptrs, mask, a_dtype: tl.constexpr):
-    return tl.load(w_ptrs, mask=mask, other=0.0).to(a_dtype)
-
-
-@triton.jit
-def _mma_block_scale(bs_row_ptr, k0, stride_bsk, GROUP_K: tl.constexpr, B_SCALE: tl.constexpr):
-    if B_SCALE == 3:
-        return tl.load(bs_row_ptr + (k0 // GROUP_K) * stride_bsk)
-    else:
-        return 1.0
-
-
-@triton.jit(do_not_specialize=["num_global"])
-def _decode_gemm1_mma_kernel(
-    x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ids_ptr, map_ptr,
-    N_OUT, K, num_global, E,
-    stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
-    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha,
-    TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr,
-    A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-    INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
-    BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
-):
-    """``_decode_gemm1_kernel`` on the tensor cores (same arguments; A_SCALE 0 only)."""
-    if PDL:
-        gdc_launch_dependents()
-    pid_n = tl.program_id(0)
-    s = tl.program_id(1).to(tl.int64)
-    e = tl.max(_local_experts(ids_ptr, map_ptr, s + tl.arange(0, 2) * 0, tl.arange(0, 2) >= 0, num_global, E,
-                              HAS_MAP), axis=0)
-    if e >= 0:
-        e64 = e.to(tl.int64)
-        t = s // TOP_K
-        a_dt = x_ptr.dtype.element_ty
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < N_OUT
-        rows = tl.where(n_ok, offs_n, 0)
-        kk = tl.arange(0, BLOCK_K)
-        c16 = tl.arange(0, 16)
-        wg = w_ptr + e64 * stride_we + rows[:, None] * stride_wn + kk[None, :] * stride_wk
-        wu = wg + N_OUT * stride_wn
-        bs_g = b_scale_ptr + e64 * stride_bse + (pid_n * BLOCK_N // GROUP_N) * stride_bsn
-        bs_u = b_scale_ptr + e64 * stride_bse + ((pid_n * BLOCK_N + N_OUT) // GROUP_N) * stride_bsn
-        acc_g = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            km = k0 + kk < K
-            xk = tl.load(x_ptr + t * stride_xm + (k0 + kk) * stride_xk, mask=km, other=0.0)
-            xt = tl.where(c16[None, :] == 0, xk[:, None], 0.0).to(a_dt)           # [BK, 16]
-            wm = km[None, :]
-            p = tl.dot(_mma_w(wg + k0 * stride_wk, wm, a_dt), xt)
-            acc_g += p * _mma_block_scale(bs_g, k0, stride_bsk, GROUP_K, B_SCALE)
-            if GATED:
-                p = tl.dot(_mma_w(wu + k0 * stride_wk, wm, a_dt), xt)
-                acc_u += p * _mma_block_scale(bs_u, k0, stride_bsk, GROUP_K, B_SCALE)
-        g = tl.sum(acc_g, axis=1)                                                  # column 0
-        if GATED:
-            u = tl.sum(acc_u, axis=1)
-        else:
-            u = g
-        if B_SCALE == 1:
-            sc = tl.load(b_scale_ptr + e64 * stride_bse)
-            g = g * sc
-            u = u * sc
-        elif B_SCALE == 2:
-            g = g * tl.load(b_scale_ptr + e64 * stride_bse + rows * stride_bsn)
-            u = u * tl.load(b_scale_ptr + e64 * stride_bse + (rows + N_OUT) * stride_bsn)
-        if HAS_BIAS:
-            g += tl.load(bias_ptr + e64 * stride_bias_e + rows * stride_bias_n).to(tl.float32)
-            if GATED:
-                u += tl.load(bias_ptr + e64 * stride_bias_e + (rows + N_OUT) * stride_bias_n).to(tl.float32)
-        out = _activation(g, u, ACT, HAS_LIMIT, limit, alpha)
-        tl.store(h_ptr + s * stride_hm + offs_n * stride_hn, out.to(h_ptr.dtype.element_ty), mask=n_ok)
-
-
-@triton.jit(do_not_specialize=["num_global"])
-def _decode_gemm2_mma_kernel(
-    h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr,
-    N_OUT, K, num_global, E,
-    stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
-    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    TOP_K: tl.constexpr, KP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, MUL_W: tl.constexpr,
-    A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-    INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
-    BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False,
-):
-    """``_decode_gemm2_kernel`` on the tensor cores (same arguments; A_SCALE 0 only, k <= 16):
-    one loop over (slot j, K step); slot j's h row sits in column j of the [BK, 16] operand,
-    so one accumulator holds every slot's partial result in its own column; the routing
-    weights and the sum over slots (fixed order) follow in fp32. PDL: ids and the first
-    weight tile's address are ready before the wait for h."""
-    pid_n = tl.program_id(0)
-    t = tl.program_id(1).to(tl.int64)
-    a_dt = h_ptr.dtype.element_ty
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < N_OUT
-    rows = tl.where(n_ok, offs_n, 0)
-    kk = tl.arange(0, BLOCK_K)
-    c16 = tl.arange(0, 16)
-    j16 = tl.where(c16 < TOP_K, c16, 0)
-    s16 = t * TOP_K + j16
-    e16 = _local_experts(ids_ptr, map_ptr, s16, c16 < TOP_K, num_global, E, HAS_MAP)   # [16], -1: none
-    if PDL:
-        gdc_wait()
-    KSTEPS = tl.cdiv(K, BLOCK_K)
-    acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
-    for f in range(0, TOP_K * KSTEPS):
-        j = f // KSTEPS
-        k0 = (f % KSTEPS) * BLOCK_K
-        e = tl.sum(tl.where(c16 == j, e16, 0), axis=0)
-        keep = e >= 0
-        e64 = tl.where(keep, e, 0).to(tl.int64)
-        km = k0 + kk < tl.where(keep, K, 0)                # a dropped slot reads nothing
-        hk = tl.load(h_ptr + (t * TOP_K + j) * stride_hm + (k0 + kk) * stride_hk, mask=km, other=0.0)
-        ht = tl.where(c16[None, :] == j, hk[:, None], 0.0).to(a_dt)                       # [BK, 16]
-        w = _mma_w(w_ptr + e64 * stride_we + rows[:, None] * stride_wn + (k0 + kk)[None, :] * stride_wk,
-                   km[None, :], a_dt)
-        bs = _mma_block_scale(b_scale_ptr + e64 * stride_bse + (pid_n * BLOCK_N // GROUP_N) * stride_bsn, k0,
-                              stride_bsk, GROUP_K, B_SCALE)
-        acc += tl.dot(w, ht) * bs
-    keep16 = e16 >= 0
-    e16_64 = tl.where(keep16, e16, 0).to(tl.int64)
-    if B_SCALE == 1:
-        acc = acc * tl.load(b_scale_ptr + e16_64 * stride_bse)[None, :]
-    elif B_SCALE == 2:
-        acc = acc * tl.load(b_scale_ptr + e16_64[None, :] * stride_bse + rows[:, None] * stride_bsn)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + e16_64[None, :] * stride_bias_e + rows[:, None] * stride_bias_n).to(tl.float32)
-    if MUL_W:
-        acc = acc * tl.load(topk_w_ptr + s16).to(tl.float32)[None, :]
-    acc = tl.where(keep16[None, :], acc, 0.0)
-    total = tl.sum(acc, axis=1)
-    tl.store(out_ptr + t * stride_om + offs_n * stride_on, total.to(out_ptr.dtype.element_ty), mask=n_ok)
-
-
 @triton.jit(do_not_specialize=["num_global"])
 def _decode_fused_kernel(
     x_ptr, w13_ptr, h_ptr, b13_ptr, w2_ptr, out_ptr, b2_ptr, topk_w_ptr, ids_ptr, map_ptr, sync_ptr,
@@ -633,18 +481,6 @@ def _check_block_k(bk: int, quant: str, block_shape, quantize_a) -> None:
             assert bk % gk == 0, f"BLOCK_K {bk} must be a multiple of the group {gk} to quantize A in-kernel"
         assert (gk % bk if bk <= gk else bk % gk) == 0, \
             f"BLOCK_K {bk} must divide the scale group {gk} or be a multiple of it"
-
-
-def _mma_ok(config, a, w, a_scale, quantize_a, quant, block_shape, k) -> bool:
-    """config MMA=1 takes the tensor-core kernels where they apply: 8-bit weights, a 16-bit
-    activation used as given, BLOCK_N / BLOCK_K >= 16, k <= 16, block scales with one group
-    per tile and K step. Otherwise the CUDA-core kernels (the MMA key is then ignored)."""
-    if not config.get("MMA") or w.element_size() != 1 or a_scale is not None or quantize_a is not None:
-        return False
-    bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-    if a.dtype not in (torch.bfloat16, torch.float16) or bn < 16 or bk < 16 or k > 16:
-        return False
-    return quant != "block" or (block_shape[0] % bn == 0 and block_shape[1] % bk == 0)
 
 
 def _quant_flags(quant, a, b, a_scale, b_scale, block_shape, quantize_a, pow2):
@@ -754,14 +590,13 @@ def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=Non
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         2 if gated else 1, T * k, n_out, K, x, w13, topk_ids, expert_map, bias, quant, a_scale, b_scale,
         block_shape, quantize_a, scale_pow2, config)
-    mma = _mma_ok(config, x, w13, a_scale, quantize_a, quant, block_shape, k)
-    return (_decode_gemm1_mma_kernel if mma else _decode_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), T * k), (
+    return (_decode_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), T * k), (
         x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap,
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, PDL=pdl, PDL_WAIT=pdl_wait,
-            **consts), config.get("num_warps", 4), config.get("num_stages") if mma else None, pdl_wait)
+            **consts), config.get("num_warps", 4), None, pdl_wait)
 
 
 def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
@@ -802,13 +637,11 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         kp, T, H, K, h, w2, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape, quantize_a,
         scale_pow2, config)
-    mma = _mma_ok(config, h, w2, a_scale, quantize_a, quant, block_shape, k)
-    return (_decode_gemm2_mma_kernel if mma else _decode_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), T), (
+    return (_decode_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
-    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, **consts), config.get("num_warps", 4),
-        config.get("num_stages") if mma else None, pdl)
+    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, **consts), config.get("num_warps", 4), None, pdl)
 
 
 def sync_buffer_size(max_tokens: int) -> int:
