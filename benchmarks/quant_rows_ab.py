@@ -24,11 +24,37 @@ CASES = [("h qwen3 [131072, 768] fp8 token", (131072, 768), "fp8_token"),
          ("h deepseek [131072, 256] fp8 group", (131072, 256), "fp8_group")]
 
 
+def warps_sweep(bw):
+    """Per-token fp8 / int8 of h [131072, 768] (the W8A8 requantization at T=16384): rows per
+    program x num_warps (quantize._quant_token's measurement hook)."""
+    out = []
+    x = [torch.randn(131072, 768, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    nbytes = x[0].numel() * 3 + x[0].shape[0] * 4
+    for dt, qt in ((torch.float8_e4m3fn, "fp8"), (torch.int8, "int8")):
+        for rows in (1, 2, 4, 8):
+            for warps in (1, 2, 4, 8):
+                try:
+                    us = hz.time_graph([lambda a=a: qk._quant_token(a, dt, qt, None, None, None, rows=rows,
+                                                                    num_warps=warps) for a in x])
+                    r = dict(case=f"h [131072, 768] {qt} token", rows=rows, num_warps=warps, us=us,
+                             pct=100 * nbytes / us / 1e3 / bw)
+                except Exception as e:  # noqa: BLE001
+                    r = dict(case=qt, rows=rows, num_warps=warps, error=f"{type(e).__name__}: {str(e)[:200]}")
+                out.append(r)
+                print(r, flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="quant_rows_ab.json")
+    ap.add_argument("--warps", action="store_true", help="only the rows x num_warps sweep of h [131072, 768]")
     a = ap.parse_args()
     bw = hz.measure_ceilings("cuda").copy_gbps
+    if a.warps:
+        with open(a.out, "w") as f:
+            json.dump(dict(copy_gbps=bw, rows=warps_sweep(bw)), f, indent=1)
+        return
     res = []
     for label, shape, kind in CASES:
         xs = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(3)]

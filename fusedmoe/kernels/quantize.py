@@ -401,7 +401,7 @@ def _check_rows(rows: int) -> int:
     return rows
 
 
-def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None):
+def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None):
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
     T, K = x2.shape
@@ -415,7 +415,7 @@ def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, ro
            dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
                 BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
                 BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl),
-           num_warps=8 if rows * bk >= 2048 else 4, launch_pdl=pdl)   # 4..32 elements per thread
+           num_warps=num_warps or (8 if rows * bk >= 2048 else 4), launch_pdl=pdl)   # 4..32 elements per thread
 
 
 def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor] = None,
@@ -450,11 +450,11 @@ def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor]
     return q, s
 
 
-def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None):
+def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None, num_warps=None):
     q = out if out is not None else torch.empty(x.shape, dtype=dtype, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
                                                             device=x.device)
-    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows)
+    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows, num_warps=num_warps)
     return q, s
 
 
