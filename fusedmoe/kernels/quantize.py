@@ -226,8 +226,8 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K,
                        BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
                        BLOCK_K: tl.constexpr, ONE_CHUNK: tl.constexpr, ROWS: tl.constexpr = 1,
                        PDL: tl.constexpr = False):
-    """ROWS rows per program as a [ROWS, BLOCK_K] tile (one row moves only 1.5-4 KB: too
-    little in flight per SM to reach the memory bandwidth). Rows past T and padding rows are
+    """ROWS rows per program as a [ROWS, BLOCK_K] tile (how many: ``_rows_per_program``, from
+    H100 measurements; mostly 1 for per-token rows). Rows past T and padding rows are
     masked off (no early exit: the other rows of the tile still run). MODE "token": scale_ptr
     [T] is written, one scale per row (tl.max over axis 1); "tensor_static": scale_ptr [1]
     is read; "tensor_dynamic": the scale comes from amax_bits_ptr, program 0 writes it.
@@ -402,6 +402,7 @@ def _check_rows(rows: int) -> int:
 
 
 def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None):
+    # (rows / num_warps given: benchmarks/quant_rows_ab.py's sweeps; None: the measured rules)
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
     T, K = x2.shape
