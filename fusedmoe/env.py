@@ -25,10 +25,6 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | activations 16-bit (no quantization launches; more accurate); |
 |                             | ``a8`` quantizes x and h as the scheme does (bit-compatible   |
 |                             | with the grouped path's activation rounding)                  |
-| FUSEDMOE_W8A8_REQUANT       | how the ``triton`` grouped path quantizes h for per-token     |
-|                             | schemes (fp8_channel, int8_channel): ``fused`` (default)      |
-|                             | GEMM1 writes row amaxes, GEMM2 quantizes its A tiles;         |
-|                             | ``kernel`` a quantization kernel between the GEMMs            |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ
@@ -44,7 +40,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_W8A8_REQUANT")
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_W8A8_DECODE")
 
 
 def backend() -> str | None:
@@ -108,18 +104,6 @@ def w8a8_decode() -> str:
     if v not in ("a16", "a8"):
         raise ConfigError("FUSEDMOE_W8A8_DECODE", v, "'a16' or 'a8'",
                           "unset it (a16: 16-bit activations at decode) or set FUSEDMOE_W8A8_DECODE=a8")
-    return v
-
-
-def w8a8_requant() -> str:
-    """FUSEDMOE_W8A8_REQUANT: 'fused' (default: GEMM2 quantizes h per token itself, from
-    row amaxes GEMM1 writes) or 'kernel' (a quantization kernel between the GEMMs)."""
-    v = os.environ.get("FUSEDMOE_W8A8_REQUANT", "").strip().lower()
-    if not v:
-        return "fused"
-    if v not in ("fused", "kernel"):
-        raise ConfigError("FUSEDMOE_W8A8_REQUANT", v, "'fused' or 'kernel'",
-                          "unset it (fused: GEMM2 quantizes h itself) or set FUSEDMOE_W8A8_REQUANT=kernel")
     return v
 
 

@@ -1,4 +1,7 @@
-"""Compile the decode kernels for sm_90 on a machine without a GPU (no launch): catches
+"""Compile the decode kernels, the quantizers and the prefill grouped GEMMs for sm_90 on a
+machine without a GPU (no launch), with the JIT's specialization (16-byte aligned tensors
+and ints, unit strides as constants: without it nothing is pipelined and the shared-memory
+figure printed means nothing): catches
 Triton front-end / compiler errors (e.g. a variable re-typed inside an ``if``) that the
 interpreter (TRITON_INTERPRET=1) does not, before spending device time.
 
@@ -69,9 +72,9 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
 
 
 def grouped_cases() -> list:
-    """Prefill GEMMs (kernels/grouped_gemm.py) of the W8A8 per-token path with the
-    requantization of h fused (GEMM1 writing row amaxes, GEMM2 quantizing its A tiles), at
-    qwen3-30b-a3b's T=16384 tiles: the launch specs _launch builds, captured, not launched."""
+    """Prefill GEMMs (kernels/grouped_gemm.py) at qwen3-30b-a3b's T=16384 tiles: bf16, and
+    the W8A8 per-token path (fp8 and int8, per-row A scales), one tile per program and
+    persistent + flattened: the launch specs ``_launch`` builds, captured, not launched."""
     from fusedmoe.kernels import grouped_gemm as gg
     from fusedmoe.kernels.align import AlignResult
     captured = []
@@ -82,27 +85,28 @@ def grouped_cases() -> list:
         bf, fp8, i8 = torch.bfloat16, torch.float8_e4m3fn, torch.int8
         E, H, I, k, T = 128, 2048, 768, 8, 4096
         n = T * k
-        align = AlignResult(torch.zeros(n + E * 128, dtype=torch.int32), torch.zeros((n + E * 128) // 128, dtype=torch.int32),
-                            torch.zeros(1, dtype=torch.int32), topk_ids=torch.zeros(T, k, dtype=torch.int32),
-                            num_experts=E, block_m=128, num_pairs=n)
+        align = AlignResult(torch.zeros(n + E * 128, dtype=torch.int32),
+                            torch.zeros((n + E * 128) // 128, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                            topk_ids=torch.zeros(T, k, dtype=torch.int32), num_experts=E, block_m=128, num_pairs=n)
+        c1 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=16, num_warps=8, num_stages=4)
+        c2 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
         out = []
-        for wd in (fp8, i8):
-            c1 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=16, num_warps=8, num_stages=4)
-            c2 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=4)
-            amax = torch.empty(n, gg.row_amax_tiles(I, c1), dtype=torch.int32)
-            tw = torch.empty(T, k)
+        for wd in (bf, fp8, i8):
+            q = {} if wd == bf else dict(quant="channel")
+            s1 = {} if wd == bf else dict(a_scale=torch.empty(T, 1), b_scale=torch.empty(E, 2 * I))
+            s2 = {} if wd == bf else dict(a_scale=torch.empty(n, 1), b_scale=torch.empty(E, H))
+            bk = 64 if wd == bf else 128
             for label, c2x in (("", c2), (" persistent flat", dict(c2, PERSISTENT=1, FLATTEN=True))):
                 captured.clear()
                 gg.gemm1_act(torch.empty(T, H, dtype=wd), torch.empty(E, 2 * I, H, dtype=wd), align, k, "silu",
-                             torch.empty(n, I, dtype=bf), config=c1, quant="channel", a_scale=torch.empty(T, 1),
-                             b_scale=torch.empty(E, 2 * I), row_amax=amax)
-                gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=wd), align, tw,
-                         torch.empty(T, H, dtype=bf), config=c2x, quant="channel", b_scale=torch.empty(E, H),
-                         a_row_amax=amax, workspace=torch.empty(1, n, H, dtype=bf))
+                             torch.empty(n, I, dtype=bf), config=dict(c1, BLOCK_SIZE_K=bk), **q, **s1)
+                gg.gemm2(torch.empty(n, I, dtype=wd), torch.empty(E, H, I, dtype=wd), align, torch.empty(T, k),
+                         torch.empty(T, H, dtype=bf), config=dict(c2x, BLOCK_SIZE_K=bk), **q, **s2,
+                         workspace=torch.empty(1, n, H, dtype=bf))
                 tag = str(wd)[6:]
                 if not label:
-                    out.append((f"grouped gemm1 row amax {tag}", captured[0]))
-                out.append((f"grouped gemm2 quantizes h {tag}{label}", captured[1]))
+                    out.append((f"grouped gemm1 {tag}", captured[0]))
+                out.append((f"grouped gemm2 {tag}{label}", captured[1]))
     finally:
         gg.launch = real
     return out

@@ -236,25 +236,6 @@ def test_triton_decode_pair_bounds(monkeypatch):
     assert decode_pairs(MoEConfig(128, 8, 256, 128), "a16") == 5
 
 
-@pytest.mark.parametrize("feature", ["plain", "bias_ep"])
-@pytest.mark.parametrize("scheme", ["fp8_channel", "int8_channel"])
-def test_triton_fused_requant_matches_the_kernel(mk, monkeypatch, scheme, feature):
-    # grouped path (T=33: 66 pairs), per-token schemes: GEMM2 quantizing h itself from
-    # GEMM1's row amaxes (default) gives the codes the quantization kernel gives
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
-    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", **kw)
-    w = mk.weights(cfg, scheme, seed=31).to(dev)
-    x, logits = mk.x(cfg, 33, seed=32).to(dev), mk.logits(cfg, 33, seed=33).to(dev)
-    outs = {}
-    for mode in ("fused", "kernel"):
-        monkeypatch.setenv("FUSEDMOE_W8A8_REQUANT", mode)
-        pe = build("triton", cfg, w)
-        assert pe.kernel.experts.fused_requant == (mode == "fused")
-        outs[mode], _ = check(pe, cfg, w, x, logits)
-    assert rel_error(outs["fused"], outs["kernel"]) < 1e-6
-
-
 # ------------------------------------------------------------------------------ strided inputs
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_strided_inputs(mk, backend):

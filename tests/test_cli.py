@@ -248,19 +248,3 @@ def test_explain_says_how_decode_launches_are_chained(quant, mode, want, monkeyp
     monkeypatch.delenv("FUSEDMOE_DECODE_PDL")
     cpu = Platform("cpu", "cpu", None, 0.0, 2, True, True)
     assert "programmatic" not in _variants(cfg, QuantScheme.parse(quant), cpu)["T=1"]
-
-
-@pytest.mark.parametrize("quant,mode,fused", [("fp8_channel", "fused", True), ("int8_channel", "fused", True),
-                                              ("fp8_channel", "kernel", False), ("fp8_block", "fused", False),
-                                              ("none", "fused", False)])
-def test_explain_says_where_h_is_requantized(quant, mode, fused, monkeypatch):
-    # per-token schemes on the grouped path: the report says GEMM2 quantizes h itself
-    from fusedmoe.backends.triton import _variants
-    from fusedmoe.config import QuantScheme
-    from fusedmoe.platform import Platform
-    from fusedmoe.presets import get_preset
-    monkeypatch.setenv("FUSEDMOE_W8A8_REQUANT", mode)
-    cfg = get_preset("qwen3-30b-a3b").to_config()
-    rows = _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))
-    assert ("inside GEMM2" in rows["T=4096"]) == fused
-    assert "inside GEMM2" not in rows["T=1"]                   # decode: no requantization at all

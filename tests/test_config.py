@@ -319,13 +319,3 @@ def test_env_w8a8_decode(monkeypatch):
     with pytest.raises(ConfigError, match="FUSEDMOE_W8A8_DECODE='fp8'.*a16.*Fix"):
         env.w8a8_decode()
     assert "FUSEDMOE_W8A8_DECODE" in env.VARIABLES
-
-
-def test_env_w8a8_requant(monkeypatch):
-    assert env.w8a8_requant() == "fused"                       # the default
-    monkeypatch.setenv("FUSEDMOE_W8A8_REQUANT", " Kernel ")
-    assert env.w8a8_requant() == "kernel"
-    monkeypatch.setenv("FUSEDMOE_W8A8_REQUANT", "gemm")
-    with pytest.raises(ConfigError, match="FUSEDMOE_W8A8_REQUANT='gemm'.*fused.*Fix"):
-        env.w8a8_requant()
-    assert "FUSEDMOE_W8A8_REQUANT" in env.VARIABLES

@@ -342,50 +342,6 @@ def test_quant_gemm1_and_gemm2(case):
     assert _rel(out, ref2) < 1e-5
 
 
-@pytest.mark.parametrize("w_dt", [torch.float8_e4m3fn, torch.int8], ids=["fp8", "int8"])
-@pytest.mark.parametrize("exact", [True, False], ids=["exact", "random"])
-def test_fused_requant_row_amax_and_gemm2(w_dt, exact):
-    # GEMM1 writes per (row, N tile) amaxes of the h it stores; GEMM2 quantizes its 16-bit A
-    # rows with them (per token): the same math as the separate quantizer then GEMM2.
-    # exact: every h row's amax is QMAX and its entries are codes (scale 1: nothing rounds).
-    from fusedmoe.kernels.grouped_gemm import row_amax_tiles
-    from fusedmoe.reference import quant as rq
-    T, k = 33, K_TOP
-    qmax = 127 if w_dt == torch.int8 else 448
-    tw, ids = _routing(T, E, k, seed=4)
-    res = align_block_size(ids, 16, E)
-    x = _x(T, H, torch.float16, seed=5)
-    w13, _, _, _ = _weights(E, H, I, torch.float16, seed=6)
-    nt = row_amax_tiles(I, SMALL)
-    amax = torch.full((T * k, nt), -1, dtype=torch.int32, device=DEV)
-    h = gemm1_act(x, w13, res, k, "silu", torch.empty(T * k, I, dtype=torch.float16, device=DEV),
-                  config=SMALL, row_amax=amax)
-    # the amax of each row over each 16-column tile, as fp32 bits, of the values stored
-    want = h.float().abs().view(T * k, nt, SMALL["BLOCK_SIZE_N"]).amax(-1).view(torch.int32)
-    assert torch.equal(amax.cpu(), want.cpu())
-    assert _rel(h, gemm1_act_ref(x, w13, ids, "silu")) < TOL[torch.float16]
-    if exact:   # integer h with one +-QMAX per row (fp8: e4m3-exact integers up to 448)
-        codes = torch.tensor([v for v in range(-qmax, qmax + 1)
-                              if w_dt == torch.int8 or float(torch.tensor(float(v)).to(w_dt).float()) == v])
-        g = torch.Generator().manual_seed(7)
-        hv = codes[torch.randint(0, codes.numel(), (T * k, I), generator=g)].float()
-        hv[:, 5] = qmax * torch.where(torch.rand(T * k, generator=g) < 0.5, -1.0, 1.0)
-        h = hv.to(torch.float16).to(DEV)
-        amax = h.float().abs().view(T * k, nt, -1).amax(-1).view(torch.int32)
-    w2 = _int_operands((E, H, I), -4, 5, w_dt, 9)
-    b2 = _pow2((E, H), 14)
-    out = torch.empty(T, H, device=DEV)
-    gemm2(h, w2, res, tw, out, config=SMALL, quant="channel", b_scale=b2, a_row_amax=amax)
-    quant = rq.quant_int8_token if w_dt == torch.int8 else rq.quant_fp8_token
-    hq, hs = quant(h.float().cpu())
-    ref = gemm2_ref(hq.to(DEV), w2, ids, tw, quant="channel", a_scale=hs.to(DEV), b_scale=b2)
-    # the same codes as the quantizer's (ties included: GEMM1's h has some), so only fp32
-    # rounding of the sums separates the two
-    assert _rel(out, ref) < 1e-6
-    if not exact:   # and the 8-bit rounding is really there: 16-bit h misses by much more
-        assert _frob(gemm2_ref(h, w2, ids, tw, quant="channel", b_scale=b2), ref) > 1e-3
-
-
 # ---------------------------------------------------------------------------------- configs
 def test_default_config_regimes():
     dec1 = default_config(1, 8, 2 * 14336, 4096, 2, torch.bfloat16, gemm="gemm1")   # Mixtral decode
@@ -515,40 +471,6 @@ def test_gpu_quantized_gemms(quant, dtype, T):
     out = gemm2(hq, q2, res, tw, config=cfg2, quant=quant, a_scale=sh, b_scale=s2, block_shape=block)
     ref2 = gemm2_ref(hq, q2, ids, tw, quant=quant, a_scale=sh, b_scale=s2, block=block)
     assert out.dtype == torch.bfloat16 and _frob(out, ref2) < 1e-2
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU with fp8 (sm89+) tensor cores")
-@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.int8], ids=["fp8", "int8"])
-@pytest.mark.parametrize("T,persistent", [(300, 0), (2048, 0), (2048, 1)])
-def test_gpu_fused_requant_matches_the_quantization_kernel(dtype, T, persistent):
-    # qwen3-30b-a3b sizes: GEMM1 writes row amaxes of bf16 h, GEMM2 quantizes h per token
-    # in registers; against the separate quantization kernel + GEMM2 on the same h: the same
-    # codes (a Markstein-corrected quotient), so equal outputs up to a rare edge case
-    if dtype == torch.float8_e4m3fn and torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("fp8 tensor cores need sm89+")
-    from fusedmoe.kernels.grouped_gemm import row_amax_tiles
-    from fusedmoe.kernels.quantize import quant_fp8_token, quant_int8_token
-    E_, H_, I_, k = 128, 2048, 768, 8
-    w13, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16, seed=40)
-    x = _x(T, H_, torch.bfloat16, seed=41)
-    tw, ids = _routing(T, E_, k, seed=42)
-    q13, s13 = _quantize(w13, dtype, "channel")
-    q2, s2 = _quantize(w2, dtype, "channel")
-    quant = quant_int8_token if dtype == torch.int8 else quant_fp8_token
-    qx, sx = quant(x)
-    c1 = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
-    c2 = dict(c1, BLOCK_SIZE_N=256, num_stages=4, PERSISTENT=persistent, FLATTEN=bool(persistent))
-    res = align_block_size(ids, 64, E_)
-    amax = torch.empty(T * k, row_amax_tiles(I_, c1), dtype=torch.int32, device=DEV)
-    h = gemm1_act(qx, q13, res, k, "silu", config=c1, quant="channel", a_scale=sx, b_scale=s13, row_amax=amax)
-    assert torch.equal(amax, h.float().abs().view(T * k, -1, 128).amax(-1).view(torch.int32))
-    fused = gemm2(h, q2, res, tw, config=c2, quant="channel", b_scale=s2, a_row_amax=amax)
-    hq, sh = quant(h)
-    sep = gemm2(hq, q2, res, tw, config=c2, quant="channel", a_scale=sh, b_scale=s2)
-    assert (fused != sep).float().mean().item() < 1e-3 and _frob(fused, sep) < 1e-3
-    ref = gemm2_ref(hq, q2, ids, tw, quant="channel", a_scale=sh, b_scale=s2)
-    assert _frob(fused, ref) < 1e-2
 
 
 @pytest.mark.gpu

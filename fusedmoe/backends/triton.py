@@ -26,9 +26,7 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
 
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
 4096, else 3) -> GEMM1 with the gated activation fused in its epilogue -> [requantize
-GEMM2's input for W8A8 schemes; per-token schemes (fp8_channel, int8_channel) by default
-instead have GEMM1 write each row's amax per N tile and GEMM2 quantize its A tiles in
-registers (FUSEDMOE_W8A8_REQUANT=fused; same codes as the kernel)] ->
+GEMM2's input for W8A8 schemes] ->
 GEMM2 with the routing weight fused -> reduce over k (deterministic: fixed order;
 bitwise reproducible). No host sync; every buffer comes from the declared workspace
 (except the align kernel's small count scratch when T*k > 4096).
@@ -157,11 +155,6 @@ class TritonExperts(Experts):
         # (both decode GEMMs in one launch, kernels/decode.py fused_launch, measured slower
         # than the two with PDL on the H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8
         # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
-        # per-token schemes without a static h scale: GEMM1 writes the row amaxes of h and GEMM2
-        # quantizes its A tiles itself (grouped_gemm.gemm2 a_row_amax), instead of a
-        # quantization kernel reading h [T*k, I] between the GEMMs (FUSEDMOE_W8A8_REQUANT)
-        self.fused_requant = (self.scheme.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL)
-                              and weights.a2_scale is None and env.w8a8_requant() == "fused")
         self._specs: dict = {}
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
@@ -177,8 +170,7 @@ class TritonExperts(Experts):
             key = (M, topk)
         else:
             c1, c2 = self.configs(M)
-            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1),    # all the spec depends on
-                   c1["BLOCK_SIZE_N"] if self.fused_requant else 0)
+            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1))    # all the spec depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -205,9 +197,6 @@ class TritonExperts(Experts):
         y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce, dt)
         if y is not None:
             bufs["y"] = y
-        if self.fused_requant:
-            from ..kernels.grouped_gemm import row_amax_tiles
-            bufs["h_amax"] = ((M * topk, row_amax_tiles(c.intermediate_size, c1)), torch.int32)
         return WorkspaceSpec(bufs)
 
     def weight_and_reduce(self):
@@ -330,18 +319,14 @@ class TritonExperts(Experts):
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
-        amax = ws["h_amax"] if self.fused_requant else None
         h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias,
                       swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                      config=c1, a_scale=x_scale, b_scale=w.w13_scale, row_amax=amax, **q)
-        if amax is None:
-            h, h_scale = self._quant(h, w.a2_scale)
-        else:
-            h_scale = None                 # GEMM2 quantizes h per token from GEMM1's row amaxes
+                      config=c1, a_scale=x_scale, b_scale=w.w13_scale, **q)
+        h, h_scale = self._quant(h, w.a2_scale)
         return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                      config=c2, reduce=self.reduce, workspace=ws.get("y"),
-                     a_scale=h_scale, b_scale=w.w2_scale, a_row_amax=amax, **q)
+                     a_scale=h_scale, b_scale=w.w2_scale, **q)
 
 
 def _check(config: MoEConfig, quant, platform):
@@ -376,8 +361,6 @@ def _variants(config, quant, platform):
     out = {"source": lc.describe()}
     quantized = quant.method != QuantMethod.NONE
     a16 = quantized and env.w8a8_decode() == "a16"
-    fused = (quant.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL)
-             and env.w8a8_requant() == "fused")
     dp = decode_pairs(config, ("a16" if a16 else "a8") if quantized else "16bit")
     for T in BUCKETS:
         if T * config.top_k <= dp:
@@ -394,9 +377,7 @@ def _variants(config, quant, platform):
         c1, c2 = lc.get(T)
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
-                         f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
-                         + ("; h quantized per token inside GEMM2 from GEMM1's row amaxes (no requantization "
-                            "kernel; with a dynamic h scale; FUSEDMOE_W8A8_REQUANT)" if fused else ""))
+                         f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}")
     return out
 
 

@@ -66,10 +66,9 @@ except ImportError:  # pragma: no cover
 
 from .align import AlignResult, align_block_size
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import _abs_bits, _fp8_e4m3_bits, _scale_from_amax_bits
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
-           "gemm2_workspace_spec", "row_amax_tiles", "fit_stages_a16", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
+           "gemm2_workspace_spec", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
 
 # activation name -> constexpr id of the epilogue
 ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3,
@@ -124,26 +123,6 @@ def _dot(a, b, acc, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr):
 
 
 @triton.jit
-def _quant_a_tile(a, s, inv, AQ_INT8: tl.constexpr, BITWISE_FP8: tl.constexpr):
-    """A 16-bit A tile / its rows' scale ``s`` (``inv`` = RN(1 / s)) -> the 8-bit operand
-    (AMAX == 2). The quotient is a * inv plus one Markstein correction step (two FMAs): the
-    correctly rounded a / s that the quantization kernel computes, so that values sitting on
-    a rounding tie (common: a and the amax are both 16-bit numbers) round the same way; a
-    plain a * inv moved 1 code in ~3000 by one step. No clamps: |a| <= the row's amax, so
-    |y| <= QMAX; a NaN/Inf row has a NaN scale and gives NaN, as the quantizer's row does."""
-    af = a.to(tl.float32)
-    y = af * inv
-    y = tl.fma(tl.fma(-y, s, af), inv, y)
-    if AQ_INT8:
-        r = (y + 12582912.0) - 12582912.0            # 1.5 * 2**23: round to nearest even
-        return r.to(tl.int8)
-    elif BITWISE_FP8:                                # the interpreter's fp8 cast is not RNE
-        return _fp8_e4m3_bits(y).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
-    else:
-        return y.to(tl.float8e4nv)
-
-
-@triton.jit
 def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of linear tile ``tile`` of a num_m x num_pid_n grid of tiles.
 
@@ -162,18 +141,17 @@ def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
 def _gemm_tile(
     pid_m, pid_n, pid_k, e,
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-    amax_ptr, N_OUT, K, num_pairs, k_tiles, amax_nt,
+    N_OUT, K, num_pairs, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_amx,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
     limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
-    USE_TMA: tl.constexpr, AMAX: tl.constexpr, AMAX_NTP: tl.constexpr, AQ_INT8: tl.constexpr,
-    QMAX: tl.constexpr, BITWISE_FP8: tl.constexpr,
+    USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
@@ -209,13 +187,6 @@ def _gemm_tile(
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if A_SCALE == 3:
         as_ptrs = a_scale_ptr + a_rows * stride_asm                             # [BM]
-    if AMAX == 2:   # this GEMM quantizes its 16-bit A rows: scale = (max of GEMM1's tile amaxes) / QMAX
-        nt = tl.arange(0, AMAX_NTP)
-        bits = tl.load(amax_ptr + a_rows[:, None] * stride_amx + nt[None, :],
-                       mask=(nt < amax_nt)[None, :], other=0)                   # [BM, NTP]
-        s_row = _scale_from_amax_bits(tl.max(bits, axis=1), QMAX, False)       # [BM]
-        inv_row = tl.math.div_rn(tl.full((BLOCK_M,), 1.0, tl.float32), s_row)[:, None]
-        s_col = s_row[:, None]
     if B_SCALE == 3:
         bs_ptrs = b_scale_ptr + e * stride_bse + (offs_bn // GROUP_N) * stride_bsn             # [BN]
         bs_up_ptrs = b_scale_ptr + e * stride_bse + ((offs_bn + N_OUT) // GROUP_N) * stride_bsn
@@ -244,8 +215,6 @@ def _gemm_tile(
             b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
             if GATED:
                 b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0.0)
-        if AMAX == 2:
-            a = _quant_a_tile(a, s_col, inv_row, AQ_INT8, BITWISE_FP8)
         if CAST_B:                                    # weight-only: 8-bit B, 16-bit A
             b = b.to(a.dtype)
             if GATED:
@@ -283,8 +252,6 @@ def _gemm_tile(
         sa = tl.load(a_scale_ptr + a_rows * stride_asm)[:, None]
         acc *= sa
         acc_u *= sa
-    elif A_SCALE == 4:                                # the row scales of AMAX == 2
-        acc *= s_row[:, None]
     if B_SCALE == 1:
         sb = tl.load(b_scale_ptr + e * stride_bse)
         acc *= sb
@@ -312,29 +279,24 @@ def _gemm_tile(
     if ATOMIC:
         tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
     else:
-        cv = acc.to(c_ptr.dtype.element_ty)
-        if AMAX == 1:   # max |stored value| of each row over this tile's columns, as fp32 bits
-            row_bits = tl.max(tl.where(c_mask, _abs_bits(cv), 0), axis=1)         # [BM]
-            tl.store(amax_ptr + c_rows * stride_amx + pid_n, row_bits, mask=row_ok)
-        tl.store(c_ptrs + pid_k * stride_cs, cv, mask=c_mask)
+        tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
 def _moe_gemm_kernel(
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
-    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, amax_ptr,
-    N_OUT, K, num_pairs, num_m_blocks, k_tiles, amax_nt,
+    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
+    N_OUT, K, num_pairs, num_m_blocks, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_amx,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
     limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr, ALIGN_BM: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
-    USE_TMA: tl.constexpr, AMAX: tl.constexpr, AMAX_NTP: tl.constexpr, AQ_INT8: tl.constexpr,
-    QMAX: tl.constexpr, BITWISE_FP8: tl.constexpr,
+    USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr,
 ):
@@ -357,14 +319,13 @@ def _moe_gemm_kernel(
             _gemm_tile(
                 pid_m, pid_n, pid_k, e,
                 a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-                amax_ptr, N_OUT, K, num_pairs, k_tiles, amax_nt,
+                N_OUT, K, num_pairs, k_tiles,
                 stride_am, stride_ak, stride_be, stride_bn, stride_bk,
                 stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_amx,
+                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA,
-                AMAX, AMAX_NTP, AQ_INT8, QMAX, BITWISE_FP8,
                 BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M)
@@ -376,14 +337,13 @@ def _moe_gemm_kernel(
         _gemm_tile(
             pid_m, pid_n, pid_k, e,
             a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-            amax_ptr, N_OUT, K, num_pairs, k_tiles, amax_nt,
+            N_OUT, K, num_pairs, k_tiles,
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
             stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_amx,
+            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA,
-            AMAX, AMAX_NTP, AQ_INT8, QMAX, BITWISE_FP8,
             BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
@@ -466,11 +426,7 @@ def _num_sms(device: torch.device) -> int:
 
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
-            quant="none", a_scale=None, b_scale=None, block_shape=None, row_amax=None, amax_mode=0):
-    """One _moe_gemm_kernel launch. ``row_amax`` int32 [rows, NT] with ``amax_mode`` 1: this
-    (GEMM1) launch writes, per row and N tile, the bits of max |stored value| (NT = its N
-    tiles); 2: this (GEMM2) launch takes 16-bit A and quantizes each row on the fly to b's
-    8-bit type with scale max over the row's NT entries / QMAX (the per-token scheme)."""
+            quant="none", a_scale=None, b_scale=None, block_shape=None):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
     assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
@@ -479,13 +435,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         return
     k_tiles = cdiv(cdiv(K, BK), split)                                      # K tiles per split
     a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b)
-    amax_nt = 0 if row_amax is None else row_amax.shape[1]
-    if amax_mode == 1:
-        assert row_amax.dtype == torch.int32 and amax_nt == cdiv(n_out, BN), "row_amax must be int32 [rows, N tiles]"
-    elif amax_mode == 2:
-        assert a_scale is None and quant == "channel" and b.dtype in (torch.float8_e4m3fn, torch.int8)
-        a_mode = 4
-    q_dt = b.dtype if amax_mode == 2 else a.dtype      # the dtype the dot sees for A
     tiles = num_m_blocks * cdiv(n_out, BN)                 # per split; the device skips those past ntpp
     persistent = config.get("PERSISTENT", 0)
     assert persistent >= 0, "PERSISTENT is a number of programs per SM (0: one program per tile)"
@@ -505,11 +454,10 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     launch(_moe_gemm_kernel, grid, (
         a, b, b_desc, c, bias if bias is not None else a, sa, sb, topk_weights if topk_weights is not None else a,
         align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
-        row_amax if row_amax is not None else a,
-        n_out, K, align.num_pairs, num_m_blocks, k_tiles, amax_nt,
+        n_out, K, align.num_pairs, num_m_blocks, k_tiles,
         s_am, s_ak, s_be, s_bn, s_bk,
         stride_cs, s_cm, s_cn, s_bias_e, s_bias_n,
-        sam, sak, sbe, sbn, sbk, row_amax.stride(0) if row_amax is not None else 0,
+        sam, sak, sbe, sbn, sbk,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(
         A_DIV=a_div, C_DIV=c_div, ALIGN_BM=align.block_m,
@@ -517,11 +465,8 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         MUL_W=topk_weights is not None, ATOMIC=atomic,
         A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn, GROUP_K=gk,
         EVEN_K=K % BK == 0, FP32_IEEE=a_dt == torch.float32,
-        INT_ACC=q_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
-        CAST_B=b_dt != q_dt, USE_TMA=b_desc is not None,
-        AMAX=amax_mode, AMAX_NTP=next_power_of_2(max(amax_nt, 1)), AQ_INT8=amax_mode == 2 and b_dt == torch.int8,
-        QMAX=127.0 if amax_mode == 2 and b_dt == torch.int8 else 448.0,
-        BITWISE_FP8=amax_mode == 2 and a.device.type != "cuda",
+        INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
+        CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)),
     ), num_warps=warps, num_stages=stages)
@@ -531,8 +476,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
               out: Optional[torch.Tensor] = None, *, bias: Optional[torch.Tensor] = None,
               swiglu_limit: Optional[float] = None, alpha: float = 1.702, limit: float = 7.0,
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
-              b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
-              row_amax: Optional[torch.Tensor] = None) -> torch.Tensor:
+              b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None) -> torch.Tensor:
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -543,8 +487,6 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     Quantized operands: ``quant`` 'tensor' (a_scale [1], b_scale [E]), 'channel' (a_scale
     [T, 1], b_scale [E, N]), 'block' (a_scale [T, H/bk], b_scale [E, N/bn, H/bk],
     ``block_shape`` = (bn, bk)); a_scale None = 16-bit x with 8-bit weights (weight-only).
-    ``row_amax`` int32 [n, row_amax_tiles(I, config)]: also write, per row of h and N tile,
-    the fp32 bits of max |h| (what ``gemm2(a_row_amax=...)`` quantizes h with).
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
@@ -555,26 +497,8 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
         config = dict(config, SPLIT_K=1)   # a split before a nonlinear epilogue would be wrong
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape,
-            row_amax=row_amax, amax_mode=0 if row_amax is None else 1)
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape)
     return out
-
-
-def row_amax_tiles(n_out: int, config: dict) -> int:
-    """Columns of the ``row_amax`` buffer GEMM1 writes with ``config``: its N tiles."""
-    return cdiv(n_out, config["BLOCK_SIZE_N"])
-
-
-SMEM_BUDGET = 200 * 1024   # bytes of pipeline buffers a config may take (sm90: 227 KiB per block)
-
-
-def fit_stages_a16(config: dict) -> dict:
-    """``config`` (tuned for an 8-bit A) with num_stages lowered until the pipeline buffers
-    fit SMEM_BUDGET with a 16-bit A, as GEMM2 with ``a_row_amax`` reads it (never below 2)."""
-    BM, BN, BK, _, _, stages, _ = _cfg(config)
-    per_stage = BM * BK * 2 + BN * BK
-    fit = max(2, min(stages, SMEM_BUDGET // per_stage))
-    return config if fit == stages else dict(config, num_stages=fit)
 
 
 def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict, reduce: str,
@@ -597,19 +521,13 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
           bias: Optional[torch.Tensor] = None, config: dict, reduce: str = "deterministic",
           workspace: Optional[torch.Tensor] = None, quant: str = "none",
           a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
-          block_shape: Optional[tuple] = None, a_row_amax: Optional[torch.Tensor] = None) -> torch.Tensor:
+          block_shape: Optional[tuple] = None) -> torch.Tensor:
     """out [T, H] = sum_j topk_weights[t, j] * (h[s] @ w2[e]^T + bias[e]) over kept slots.
 
     h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
     'deterministic' (bitwise reproducible) or 'atomic'. ``workspace`` as described by
     ``gemm2_workspace_spec`` (allocated when None). Tokens with no kept slot get zeros.
     ``quant`` / scales as in ``gemm1_act`` with M = n rows of h and K = I.
-    ``a_row_amax`` (quant 'channel', 8-bit w2, a_scale None; from ``gemm1_act(row_amax=)``):
-    h stays 16-bit in memory and each A tile is quantized to w2's type in registers with
-    its row's per-token scale amax / QMAX: the per-token scheme without a requantization
-    kernel between the GEMMs (one pass over h instead of three). It multiplies by 1 / scale
-    where the quantization kernel divides: a row can round one 8-bit step differently when
-    h / scale lands within an fp32 ulp of a rounding boundary.
     """
     T, k = topk_weights.shape
     H = w2.shape[1]
@@ -627,12 +545,9 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
         c_div, stride_cs = k, 0
     else:
         c, c_div, stride_cs = workspace[0], 1, workspace.stride(0)               # y [S, n, H]
-    if a_row_amax is not None:
-        config = fit_stages_a16(config)
     _launch(h, w2, c, align, n_out=H, a_div=1, c_div=c_div, act=_NO_ACT, config=config, bias=bias,
             topk_weights=topk_weights if mul_routed_weight else None, atomic=atomic, stride_cs=stride_cs,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape,
-            row_amax=a_row_amax, amax_mode=0 if a_row_amax is None else 2)
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape)
     if not atomic:
         moe_reduce(workspace, out, align)
     elif c is not out:

@@ -167,14 +167,6 @@ def _fp8_e4m3_bits(y):
 def _quantize(x, scale, QTYPE: tl.constexpr, BITWISE_FP8: tl.constexpr):
     """x (any float) / scale -> the value to store: fp8 (or its uint8 bits), or int8."""
     y = tl.math.div_rn(x.to(tl.float32), scale)         # IEEE division, like the reference's x / s
-    return round_to_qtype(y, QTYPE, BITWISE_FP8)
-
-
-@triton.jit
-def round_to_qtype(y, QTYPE: tl.constexpr, BITWISE_FP8: tl.constexpr):
-    """fp32 y (already divided by its scale) -> fp8 (or its uint8 bits), or int8: round to
-    nearest even, saturate, NaN kept (fp8) / 0 (int8). Shared with the GEMM that quantizes
-    its own A tiles (kernels/grouped_gemm.py, AMAX == 2)."""
     if QTYPE == "int8":
         y = tl.where(y != y, 0.0, _clamp_sym(y, 127.0))
         r = tl.floor(y + 0.5)                           # exact for |y| <= 127
