@@ -235,3 +235,24 @@ def test_bad_paths(tmp_path):
     (tmp_path / "bad" / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):
         get_preset(str(tmp_path / "bad"))
+
+
+@pytest.mark.parametrize("platform", ["h100", "h200"])
+@pytest.mark.parametrize("model,tp,scheme", [("mixtral-8x7b", 1, "none"), ("qwen3-30b-a3b", 1, "none"),
+                                             ("deepseek-v3", 8, "none"), ("qwen3-30b-a3b", 1, "fp8_channel"),
+                                             ("qwen3-30b-a3b", 1, "int8_channel"), ("deepseek-v3", 8, "fp8_block")])
+def test_shipped_tuned_configs_cover_the_presets(platform, model, tp, scheme, monkeypatch):
+    # the package ships a tuned file for every benchmarked (preset, scheme) on both Hopper
+    # parts, with entries for every prefill bucket; it is that device's own file, not a sibling's
+    from fusedmoe.backends.triton import launch_configs
+    from fusedmoe.config import QuantScheme
+    from fusedmoe.platform import Platform
+    monkeypatch.delenv("FUSEDMOE_CONFIG_DIR", raising=False)
+    plat = Platform.preset(platform)
+    lc = launch_configs(get_preset(model).to_config(tp=tp), QuantScheme.parse(scheme), plat)
+    assert lc.is_tuned and lc.file_name.split("device_name=")[1].startswith(plat.device_name + ",")
+    assert plat.device_name in lc.source and not any("tuned on" in n for n in lc.notes), lc.describe()
+    assert {16, 64, 256, 1024, 4096, 16384} <= set(lc.table), sorted(lc.table)
+    for T in (16, 64, 256, 1024, 4096, 16384):
+        c1, c2 = lc.get(T)
+        assert c1["BLOCK_SIZE_M"] % c2["BLOCK_SIZE_M"] == 0, (T, c1, c2)    # one alignment serves both
