@@ -4,7 +4,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/configs"
-quant=${QUANT:-none}; per=${PER_POINT_S:-80}
+quant=${QUANT:-none}; per=${PER_POINT_S:-80}   # BUDGET_MS: timing budget per candidate (default 15)
 # DEADLINE_S: stop starting points after this many seconds (the device tool's 600 s per call);
 # the points not started are listed as "not started" so the next call can take them
 end=$(( $(date +%s) + ${DEADLINE_S:-100000} ))
@@ -17,7 +17,7 @@ for point in ${POINTS:-mixtral-8x7b:1:1024 qwen3-30b-a3b:1:4096 deepseek-v3:8:10
   if [ "$left" -lt 25 ]; then echo "== not started: $point"; continue; fi
   echo "== $model tp$tp T=$T ${pq:-$quant} ($(date +%T))"
   timeout "$(( left < per ? left : per ))" python3 -m fusedmoe tune --model "$model" --tp "$tp" --tokens "$T" --quant "${pq:-$quant}" \
-      --budget-ms 15 --no-progress --out-dir "$OUT/configs" 2>&1 | tail -2
+      --budget-ms "${BUDGET_MS:-15}" --no-progress --out-dir "$OUT/configs" 2>&1 | tail -2
   # file names hold '=' and ',' which the device tool does not bring back: ship a tarball
   tar -C "$OUT" -cf "$OUT/configs.tar" configs
 done
