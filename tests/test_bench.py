@@ -12,7 +12,7 @@ import torch
 
 from fusedmoe.bench import harness, peers, plot
 from fusedmoe.bench.harness import Ceilings, Impl, Measurement, Timing
-from fusedmoe.config import MoEConfig, QuantScheme
+from fusedmoe.config import MoEConfig
 from fusedmoe.reference.moe import reference_moe
 from fusedmoe.tolerances import rel_error
 

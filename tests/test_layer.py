@@ -13,7 +13,7 @@ import torch
 
 import fusedmoe.layer as layer_mod
 import fusedmoe.oracle as oracle
-from fusedmoe.config import MoEConfig, ParallelConfig, QuantScheme, Routing
+from fusedmoe.config import ParallelConfig, QuantScheme, Routing
 from fusedmoe.errors import ConfigTypeError, InputError
 from fusedmoe.layer import FusedMoE, fused_experts, prepare_experts
 from fusedmoe.quantize import quantize_experts

@@ -6,8 +6,6 @@ T_max the per-expert capacity of the batched format.
 """
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from ..config import MoEConfig
-from ..modular.interfaces import (ActivationFormat, ContiguousWeightAndReduce, BatchedWeightAndReduce,
-                                  Experts, NoOpWeightAndReduce, WorkspaceSpec)
+from ..modular.interfaces import (ActivationFormat, BatchedWeightAndReduce, Experts, NoOpWeightAndReduce,
+                                  WorkspaceSpec)
 from ..reference.activations import activation_from_config
 from ..reference.moe import dequantized_weights, reference_moe
 from ..reference.quant import fake_quant_activation

@@ -8,8 +8,6 @@ unweighted and finalize weights and scatters it back (BatchedWeightAndReduce).
 """
 from __future__ import annotations
 
-import torch
-
 from ..config import MoEConfig, QuantMethod
 from ..modular.interfaces import ActivationFormat, BatchedWeightAndReduce, Experts, WorkspaceSpec
 from ..modular.prepare_finalize import quantize_activation
