@@ -112,6 +112,43 @@ def grouped_cases() -> list:
     return out
 
 
+def tc_cases() -> list:
+    """Tensor-core decode GEMMs (kernels/decode_tc.py) at T=1 as the backend binds them:
+    qwen3 fp8 / int8 per channel, deepseek-v3 tp8 fp8 1x128 blocks, with PDL."""
+    from fusedmoe.kernels import decode_tc as tc
+    bf, fp8, i8 = torch.bfloat16, torch.float8_e4m3fn, torch.int8
+    cases = []
+    for name, (E, H, I, k), dt, quant in (("qwen3 fp8", (128, 2048, 768, 8), fp8, "channel"),
+                                          ("qwen3 int8", (128, 2048, 768, 8), i8, "channel"),
+                                          ("deepseek fp8_block", (256, 7168, 256, 8), fp8, "block")):
+        blk = (128, 128) if quant == "block" else None
+        T = 1
+        w13, w2 = torch.empty(E, 2 * I, H, dtype=dt), torch.empty(E, H, I, dtype=dt)
+        ids, tw = torch.zeros(T, k, dtype=torch.int32), torch.empty(T, k)
+        xq, h, hq = torch.empty(T, H, dtype=dt), torch.empty(T * k, I, dtype=bf), torch.empty(T * k, I, dtype=dt)
+        out = torch.empty(T, H, dtype=bf)
+        if quant == "block":
+            xs, hs = torch.empty(T, H // 128), torch.empty(T * k, I // 128)
+            s13, s2 = torch.empty(E, 2 * I // 128, H // 128), torch.empty(E, H // 128, I // 128)
+        else:
+            xs, hs, s13, s2 = torch.empty(T, 1), torch.empty(T * k, 1), torch.empty(E, 2 * I), torch.empty(E, H)
+        part, sync = torch.empty(1 << 16), torch.zeros(1 << 12, dtype=torch.int32)
+        q = dict(quant=quant, block_shape=blk)
+        cases += [
+            (f"tc {name} gemm1 pdl", tc.tc_gemm1_launch(xq, w13, ids, "silu", h, part, sync, a_scale=xs, b_scale=s13,
+                                                        pdl=True, pdl_wait=True, **q)),
+            (f"tc {name} gemm1 nosplit", tc.tc_gemm1_launch(
+                xq, w13, ids, "silu", h, part, sync, a_scale=xs, b_scale=s13,
+                config=dict(BLOCK_N=32, BLOCK_K=128, SPLIT_K=1, num_warps=4, num_stages=4), **q)),
+            (f"tc {name} gemm2 pdl", tc.tc_gemm2_launch(hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2,
+                                                        pdl=True, **q)),
+            (f"tc {name} gemm2 groups1", tc.tc_gemm2_launch(
+                hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2,
+                config=dict(BLOCK_N=64, BLOCK_K=128, GROUPS=1, num_warps=4, num_stages=4), **q)),
+        ]
+    return cases
+
+
 def main() -> int:
     from fusedmoe.kernels import decode as dk
     bf = torch.bfloat16
@@ -202,12 +239,18 @@ def main() -> int:
         group_case("quant group R=4 K=7168 pdl", 7168, 4, 16, pdl=True),
     ]
     cases += grouped_cases()
+    cases += tc_cases()
+    only = sys.argv[1:]                       # label substrings: compile only those cases
+    if only:
+        cases = [c for c in cases if any(o in c[0] for o in only)]
     bad = 0
     for label, spec in cases:
         t0 = time.perf_counter()
         try:
             ck = compile_spec(spec)
-            print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B", flush=True)
+            mma = "wgmma" if "wgmma" in ck.asm["ptx"] else ("mma" if "mma.sync" in ck.asm["ptx"] else "")
+            print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B {mma}",
+                  flush=True)
         except Exception as e:  # print the compiler's message and go on
             bad += 1
             print(f"FAIL {label}: {type(e).__name__}: {str(e)[:2000]}", flush=True)

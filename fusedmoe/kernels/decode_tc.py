@@ -1,0 +1,422 @@
+"""Tensor-core decode GEMMs for W8A8: 8-bit weights against 8-bit activations on the MMA units.
+
+Legend as in decode.py (n = T*k pairs, s = t*k + j, ROWS weight rows per program).
+
+  tc_gemm1: h [n, I]   = act(xq[s // k] @ w13[e_s]^T * scales + b13[e_s])     grid (I / BN, SPLIT_K, n)
+  tc_gemm2: out [T, H] = sum_j w[t, j] * (hq[t*k+j] @ w2[e]^T * scales + b2[e])  grid (H / BN, GROUPS, T)
+
+Why: the CUDA-core decode kernels (decode.py) reach 78-90% of copy bandwidth on 16-bit
+weights but only 54-71% on 8-bit ones (H100, docs/BENCHMARKS.md): per byte an 8-bit weight
+costs the widening and the FMA a 16-bit one does, twice as many per byte read. Here the
+weights never leave 8 bits: "swap AB", the weight tile [ROWS, BK] is the M x K operand of
+tl.dot (ROWS >= 64 fills a Hopper wgmma) and the pair's activation row the K x 16 operand
+(column 0; columns 1..15 are zero, so row sums of the product are the result). Weight
+tiles stream through shared memory as any pipelined GEMM's do (num_stages); the MMA work
+is 16x the useful work but the tensor cores have ~100x the needed rate at decode.
+
+The activations are 8-bit already (the quantization kernels of kernels/quantize.py run
+before each GEMM: per token or per 1 x bk group), so this is the W8A8 math of the grouped
+path: ``reference_moe(..., quantize_activations=True)``.
+
+Few rows (a pair's 2I or H weight rows in tiles of 64) give few programs; two splits keep
+the SMs busy without atomics on the result:
+  * GEMM1 SPLIT_K > 1: each program sums a slice of K and writes its [ROWS] partial (fp32)
+    to ``part``; the last of the pair's SPLIT_K programs to finish (an int32 ticket per
+    (pair, N tile) in ``sync``, acq_rel) sums the partials in split order, applies bias and
+    activation and writes h, and puts the ticket back to 0;
+  * GEMM2 GROUPS > 1: the token's k slots are split into GROUPS groups of programs; the
+    last group to finish sums the groups' partials in group order and writes out.
+Both orders are fixed, so results are bitwise reproducible (deterministic mode), and each
+launch leaves ``sync`` zero (it must be zero before the first; launches that may run at
+the same time, two streams, must not share it).
+
+Scales as the grouped kernels' (grouped_gemm._scale_args): A_SCALE 1 tensor / 2 per row /
+3 block [M, K/gk]; B_SCALE 1 per expert / 2 per channel [E, N] / 3 block [E, N/gn, K/gk].
+Block scales need BLOCK_K to divide the group gk (each K tile within one group): they are
+applied per K tile; the others once at the end (int8 x int8 accumulates exactly in int32).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
+from .launcher import cdiv, launch, next_power_of_2
+from .quantize import gdc_launch_dependents, gdc_wait
+
+N_COLS = 16      # the activation operand's width: tl.dot's minimum
+
+
+@triton.jit
+def _local_expert(ids_ptr, map_ptr, s, ok, num_global, E, HAS_MAP: tl.constexpr):
+    """Local expert of pair ``s`` (scalar), -1 when not ``ok``, dropped or out of range."""
+    g = tl.load(ids_ptr + s, mask=ok, other=-1).to(tl.int32)
+    if HAS_MAP:
+        in_range = ok & (g >= 0) & (g < num_global)
+        loc = tl.load(map_ptr + tl.where(in_range, g, 0), mask=in_range, other=-1).to(tl.int32)
+    else:
+        loc = g
+    return tl.where(ok & (loc >= 0) & (loc < E), loc, -1)
+
+
+@triton.jit
+def _tile_dot(w_ptrs, a_ptrs, k_ok, cols, INT8: tl.constexpr):
+    """[ROWS, 16] = w [ROWS, BK] @ a [BK, 16] with a's row of BK values in column 0, masked
+    to zero where k_ok [BK] is False (past K; everywhere for a dropped pair)."""
+    w = tl.load(w_ptrs, mask=k_ok[None, :], other=0.0)
+    a = tl.load(a_ptrs, mask=k_ok[:, None] & (cols[None, :] == 0), other=0.0)
+    if INT8:
+        return tl.dot(w, a, out_dtype=tl.int32)
+    return tl.dot(w, a)
+
+
+@triton.jit
+def _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
+               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
+               TILE: tl.constexpr, WHOLE: tl.constexpr):
+    """[ROWS] fp32 factor: TILE, the block scales of the K tile at k0; WHOLE, the others
+    (tensor / row / expert / channel). ``as_ptr``: the activation row's scale pointer;
+    ``bs_e``: the expert's weight scales."""
+    f = tl.full(wrows.shape, 1.0, dtype=tl.float32)
+    if TILE:
+        if B_SCALE == 3:
+            f = f * tl.load(bs_e + (wrows // GROUP_N) * stride_bsn + (k0 // GROUP_K) * stride_bsk)
+        if A_SCALE == 3:
+            f = f * tl.load(as_ptr + (k0 // GROUP_K) * stride_ask)
+    if WHOLE:
+        if A_SCALE == 1 or A_SCALE == 2:
+            f = f * tl.load(as_ptr)
+        if B_SCALE == 1:
+            f = f * tl.load(bs_e)
+        elif B_SCALE == 2:
+            f = f * tl.load(bs_e + wrows * stride_bsn)
+    return f
+
+
+@triton.jit(do_not_specialize=["num_global"])
+def _tc_gemm1_kernel(
+    x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ids_ptr, map_ptr, part_ptr, sync_ptr,
+    N_OUT, K, num_global, E,
+    stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
+    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    limit, alpha,
+    TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
+    GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
+):
+    """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
+    expert (ROWS = 2 BN; BN rows when not gated) over its K slice."""
+    if PDL:
+        gdc_launch_dependents()
+    if PDL_WAIT:
+        gdc_wait()
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    s = tl.program_id(2).to(tl.int64)
+    e = _local_expert(ids_ptr, map_ptr, s, s >= 0, num_global, E, HAS_MAP)
+    if e >= 0:
+        ROWS: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
+        r = tl.arange(0, ROWS)
+        offs_n = pid_n * BLOCK_N + r % BLOCK_N
+        wrows = tl.where(offs_n < N_OUT, offs_n, 0) + (r // BLOCK_N) * N_OUT       # gate rows, then up rows
+        e64 = e.to(tl.int64)
+        t = s // TOP_K
+        kk = tl.arange(0, BLOCK_K)
+        cols = tl.arange(0, 16)
+        w_rows = w_ptr + e64 * stride_we + wrows.to(tl.int64)[:, None] * stride_wn
+        x_row = x_ptr + t * stride_xm + cols[None, :] * 0
+        as_ptr = a_scale_ptr + t * stride_asm
+        bs_e = b_scale_ptr + e64 * stride_bse
+        per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+        k_lo = pid_k * per
+        k_hi = tl.minimum(K, k_lo + per)
+        if INT8 and A_SCALE != 3 and B_SCALE != 3:
+            acc = tl.zeros((ROWS, 16), dtype=tl.int32)
+        else:
+            acc = tl.zeros((ROWS, 16), dtype=tl.float32)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            ks = k0 + kk
+            part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K, cols, INT8)
+            if A_SCALE == 3 or B_SCALE == 3:
+                acc += part.to(tl.float32) * _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
+                                                        A_SCALE, B_SCALE, GROUP_N, GROUP_K, True, False)[:, None]
+            else:
+                acc += part
+        v = tl.sum(acc.to(tl.float32), axis=1)                                    # [ROWS]: column 0
+        v = v * _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
+                           A_SCALE, B_SCALE, GROUP_N, GROUP_K, False, True)
+        if SPLIT_K > 1:
+            tiles = tl.num_programs(0)
+            slot = part_ptr + (s * SPLIT_K) * (tiles * ROWS) + pid_n * ROWS + r
+            tl.store(slot + pid_k * (tiles * ROWS), v)
+            tl.debug_barrier()                         # every thread's partial before the release
+            ticket = sync_ptr + s * tiles + pid_n
+            done = tl.atomic_add(ticket, 1, sem="acq_rel", scope="gpu")
+            if done == SPLIT_K - 1:                    # the last split: sum all in split order
+                v = tl.zeros((ROWS,), dtype=tl.float32)
+                for p in tl.static_range(SPLIT_K):
+                    v += tl.load(slot + p * (tiles * ROWS), cache_modifier=".cg")
+                tl.store(ticket, 0)
+                _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
+                              stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS,
+                              BLOCK_N)
+        else:
+            _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
+                          stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS, BLOCK_N)
+
+
+@triton.jit
+def _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
+                  stride_bias_e, stride_bias_n, limit, alpha, GATED: tl.constexpr, ACT: tl.constexpr,
+                  HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """v [ROWS] (gate rows then up rows, fp32, scaled) -> bias, activation, h[s, tile]."""
+    if HAS_BIAS:
+        v += tl.load(bias_ptr + e64 * stride_bias_e + wrows * stride_bias_n).to(tl.float32)
+    if GATED:
+        v2 = tl.reshape(v, (2, BLOCK_N))
+        first = tl.arange(0, 2)[:, None] == 0
+        g = tl.sum(tl.where(first, v2, 0.0), axis=0)
+        u = tl.sum(tl.where(first, 0.0, v2), axis=0)
+    else:
+        g = v
+        u = v
+    out = _activation(g, u, ACT, HAS_LIMIT, limit, alpha)
+    offs = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(h_ptr + s * stride_hm + offs * stride_hn, out.to(h_ptr.dtype.element_ty), mask=offs < N_OUT)
+
+
+@triton.jit(do_not_specialize=["num_global"])
+def _tc_gemm2_kernel(
+    h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, part_ptr, sync_ptr,
+    N_OUT, K, num_global, E,
+    stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
+    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    TOP_K: tl.constexpr, SLOTS: tl.constexpr, GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_MAP: tl.constexpr, MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
+    GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
+):
+    """Grid (N tiles, GROUPS, tokens). A program: BN rows of H for SLOTS of its token's k
+    slots (group g: slots g*SLOTS ..), one loop over (slot, K tile) so that the next slot's
+    weights stream while this one's finish; per slot the scales and the routing weight."""
+    if PDL:
+        gdc_wait()
+    pid_n = tl.program_id(0)
+    grp = tl.program_id(1)
+    t = tl.program_id(2).to(tl.int64)
+    r = tl.arange(0, BLOCK_N)
+    offs_n = pid_n * BLOCK_N + r
+    n_ok = offs_n < N_OUT
+    wrows = tl.where(n_ok, offs_n, 0)
+    w_rows = w_ptr + wrows.to(tl.int64)[:, None] * stride_wn
+    kk = tl.arange(0, BLOCK_K)
+    cols = tl.arange(0, 16)
+    nk = tl.cdiv(K, BLOCK_K)
+    acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
+    for i in range(0, SLOTS * nk):
+        jj = i // nk
+        k0 = (i - jj * nk) * BLOCK_K
+        j = grp * SLOTS + jj
+        s = t * TOP_K + tl.minimum(j, TOP_K - 1)
+        e = _local_expert(ids_ptr, map_ptr, s, j < TOP_K, num_global, E, HAS_MAP)
+        keep = e >= 0
+        e64 = tl.where(keep, e, 0).to(tl.int64)
+        ks = k0 + kk
+        part = _tile_dot(w_rows + e64 * stride_we + ks[None, :] * stride_wk,
+                         h_ptr + s * stride_hm + ks[:, None] * stride_hk + cols[None, :] * 0,
+                         ks < tl.where(keep, K, 0), cols, INT8).to(tl.float32)
+        as_ptr = a_scale_ptr + s * stride_asm
+        bs_e = b_scale_ptr + e64 * stride_bse
+        f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
+                       A_SCALE, B_SCALE, GROUP_N, GROUP_K, True, True)
+        if MUL_W:
+            f = f * tl.load(topk_w_ptr + s).to(tl.float32)
+        acc += part * tl.where(keep, f, 0.0)[:, None]
+    v = tl.sum(acc, axis=1)                                                      # [BN]
+    if HAS_BIAS:
+        for jj in tl.static_range(SLOTS):
+            j = grp * SLOTS + jj
+            s = t * TOP_K + tl.minimum(j, TOP_K - 1)
+            e = _local_expert(ids_ptr, map_ptr, s, j < TOP_K, num_global, E, HAS_MAP)
+            keep = e >= 0
+            b = tl.load(bias_ptr + tl.where(keep, e, 0).to(tl.int64) * stride_bias_e + wrows * stride_bias_n)
+            b = b.to(tl.float32)
+            if MUL_W:
+                b = b * tl.load(topk_w_ptr + s).to(tl.float32)
+            v += tl.where(keep, b, 0.0)
+    if GROUPS > 1:
+        tiles = tl.num_programs(0)
+        n_pad = tiles * BLOCK_N
+        slot = part_ptr + t * (GROUPS * n_pad) + offs_n
+        tl.store(slot + grp * n_pad, v)
+        tl.debug_barrier()                             # every thread's partial before the release
+        ticket = sync_ptr + t * tiles + pid_n
+        done = tl.atomic_add(ticket, 1, sem="acq_rel", scope="gpu")
+        if done == GROUPS - 1:                         # the last group: sum all in group order
+            v = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for p in tl.static_range(GROUPS):
+                v += tl.load(slot + p * n_pad, cache_modifier=".cg")
+            tl.store(ticket, 0)
+            tl.store(out_ptr + t * stride_om + offs_n * stride_on, v.to(out_ptr.dtype.element_ty), mask=n_ok)
+    else:
+        tl.store(out_ptr + t * stride_om + offs_n * stride_on, v.to(out_ptr.dtype.element_ty), mask=n_ok)
+
+
+# ----------------------------------------------------------------------------------------
+def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
+              group_k: Optional[int] = None, num_sms: int = 132) -> dict:
+    """Launch config of one tensor-core decode GEMM: BLOCK_N, BLOCK_K, SPLIT_K (gemm1) or
+    GROUPS (gemm2), num_warps, num_stages.
+
+    ROWS = 64 weight rows a program (one wgmma M; GEMM1 gated: 32 gate + 32 up rows), BK
+    256 bytes of each row a K step (16 KB a stage), or the block scales' group. Programs:
+    the splits grow (powers of two) until there are >= 2 per SM, keeping >= 2 K steps per
+    GEMM1 split (H100 figures: docs/BENCHMARKS.md, seventh session)."""
+    bk = 256
+    if group_k is not None:
+        while bk > 16 and group_k % bk:
+            bk //= 2
+    if K <= 64:
+        bk = max(16, next_power_of_2(K))
+    if gemm == "gemm1":
+        bn = 32 if gated else 64
+        tiles = cdiv(n_out, bn) * pairs_or_tokens
+        nk = cdiv(K, bk)
+        split = 1
+        while split < 8 and tiles * split < 2 * num_sms and cdiv(nk, 2 * split) >= 2:
+            split *= 2
+        return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4, num_stages=4)
+    bn = 64
+    tiles = cdiv(n_out, bn) * pairs_or_tokens
+    groups = 1
+    while groups < top_k and tiles * groups < 2 * num_sms:
+        groups *= 2
+    return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), num_warps=4, num_stages=4)
+
+
+def _check(a, w, quant, block_shape, bk) -> None:
+    if a.dtype not in (torch.float8_e4m3fn, torch.int8) or w.dtype != a.dtype:
+        raise ValueError(f"tensor-core decode: 8-bit activations and weights of one dtype "
+                         f"(fp8 e4m3 or int8), got {a.dtype} x {w.dtype}; use kernels/decode.py for others")
+    if quant == "block" and block_shape[1] % bk:
+        raise ValueError(f"tensor-core decode: BLOCK_K {bk} must divide the scale group {block_shape[1]}")
+
+
+def scratch_sizes(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dict, gated: bool = True) -> tuple:
+    """(fp32 partial elements, int32 ticket elements) the two launches need for T tokens."""
+    rows = 2 * cfg1["BLOCK_N"] if gated else cfg1["BLOCK_N"]
+    t1 = cdiv(n_out1, cfg1["BLOCK_N"])
+    t2 = cdiv(H, cfg2["BLOCK_N"])
+    part = max(T * top_k * cfg1["SPLIT_K"] * t1 * rows if cfg1["SPLIT_K"] > 1 else 0,
+               T * cfg2["GROUPS"] * t2 * cfg2["BLOCK_N"] if cfg2["GROUPS"] > 1 else 0, 1)
+    return part, max(T * top_k * t1, T * t2, 1)
+
+
+def _common(a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape):
+    a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, w)
+    ids = topk_ids.reshape(-1)
+    if not ids.is_contiguous():
+        ids = ids.contiguous()
+    emap, num_global = (ids, w.shape[0]) if expert_map is None else (expert_map, expert_map.numel())
+    if a_scale is None:
+        sa = w
+    if b_scale is None:
+        sb = w
+    s_bias = bias.stride()[:2] if bias is not None else (0, 0)
+    return ((sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk),
+            dict(HAS_BIAS=bias is not None, HAS_MAP=expert_map is not None, A_SCALE=a_mode, B_SCALE=b_mode,
+                 GROUP_N=gn, GROUP_K=gk, INT8=a.dtype == torch.int8))
+
+
+# positions of the per-call tensors in the launch arguments (launcher.Bound slots)
+TC_GEMM1_SLOTS = dict(x=0, out=2, a_scale=4, ids=6, map=7)
+TC_GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
+
+
+def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map=None, bias=None,
+                    swiglu_limit=None, alpha=1.702, limit=7.0, quant="channel", a_scale=None, b_scale=None,
+                    block_shape=None, config=None, pdl=False, pdl_wait=False) -> tuple:
+    """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of GEMM1 (T > 0,
+    out given). ``part`` fp32 / ``sync`` int32 scratch of ``scratch_sizes`` (sync zero before
+    the first launch; every launch leaves it zero). ``pdl``: let a dependent launch start
+    early; ``pdl_wait``: this launch is a programmatic dependent of the kernel writing x."""
+    T, k = topk_ids.shape
+    N13, K = w13.shape[1:]
+    act = ACTIVATIONS[activation]
+    gated = act <= 3
+    n_out = N13 // 2 if gated else N13
+    if config is None:
+        config = tc_config("gemm1", T * k, n_out, K, k, gated, block_shape[1] if quant == "block" else None,
+                           _num_sms(x.device))
+    _check(x, w13, quant, block_shape, config["BLOCK_K"])
+    (sa, sb, ids, emap), counts, strides, consts = _common(x, w13, topk_ids, expert_map, bias, quant, a_scale,
+                                                           b_scale, block_shape)
+    return (_tc_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), config["SPLIT_K"], T * k), (
+        x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap, part, sync,
+        n_out, K, *counts,
+        *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
+        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
+    ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, BLOCK_N=config["BLOCK_N"],
+            BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait, **consts),
+        config.get("num_warps", 4), config.get("num_stages", 4), pdl_wait)
+
+
+def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_map=None, mul_routed_weight=True,
+                    bias=None, quant="channel", a_scale=None, b_scale=None, block_shape=None, config=None,
+                    pdl=False) -> tuple:
+    """GEMM2's launch as in ``tc_gemm1_launch``. ``pdl``: a programmatic dependent launch
+    (waits for the kernel writing h before anything else)."""
+    T, k = topk_ids.shape
+    H, K = w2.shape[1:]
+    if config is None:
+        config = tc_config("gemm2", T, H, K, k, group_k=block_shape[1] if quant == "block" else None,
+                           num_sms=_num_sms(h.device))
+    _check(h, w2, quant, block_shape, config["BLOCK_K"])
+    groups = config["GROUPS"]
+    (sa, sb, ids, emap), counts, strides, consts = _common(h, w2, topk_ids, expert_map, bias, quant, a_scale,
+                                                           b_scale, block_shape)
+    return (_tc_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), groups, T), (
+        h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
+        H, K, *counts,
+        *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
+    ), dict(TOP_K=k, SLOTS=cdiv(k, groups), GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
+            BLOCK_K=config["BLOCK_K"], PDL=pdl, **consts), config.get("num_warps", 4), config.get("num_stages", 4),
+        pdl)
+
+
+def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale=None, w13_scale=None,
+              w2_scale=None, quant="channel", block_shape=None, expert_map=None, w13_bias=None, w2_bias=None,
+              swiglu_limit=None, alpha=1.702, limit=7.0, mul_routed_weight=True, quantize_h=None,
+              config1=None, config2=None) -> tuple:
+    """Both GEMMs on pre-quantized x (tests and benchmarks; the backend binds the launches
+    itself): (h [n, I] 16-bit, out [T, H] bf16). ``quantize_h(h) -> (hq, h_scale)`` is the
+    scheme's activation quantizer between them."""
+    T, k = topk_ids.shape
+    N13, H = w13.shape[1:]
+    gated = ACTIVATIONS[activation] <= 3
+    n_out = N13 // 2 if gated else N13
+    dt = _compute_dtype(xq)
+    h = torch.empty(T * k, n_out, dtype=dt, device=xq.device)
+    out = torch.zeros(T, H, dtype=dt, device=xq.device)
+    if T == 0:
+        return h, out
+    gk = block_shape[1] if quant == "block" else None
+    nsm = _num_sms(xq.device)
+    c1 = config1 or tc_config("gemm1", T * k, n_out, H, k, gated, gk, nsm)
+    c2 = config2 or tc_config("gemm2", T, H, n_out, k, group_k=gk, num_sms=nsm)
+    n_part, n_sync = scratch_sizes(T, k, n_out, H, c1, c2, gated)
+    part = torch.empty(n_part, dtype=torch.float32, device=xq.device)
+    sync = torch.zeros(n_sync, dtype=torch.int32, device=xq.device)
+    launch(*tc_gemm1_launch(xq, w13, topk_ids, activation, h, part, sync, expert_map=expert_map, bias=w13_bias,
+                            swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=x_scale,
+                            b_scale=w13_scale, block_shape=block_shape, config=c1))
+    hq, h_scale = quantize_h(h)
+    launch(*tc_gemm2_launch(hq, w2, topk_ids, topk_weights, out, part, sync, expert_map=expert_map,
+                            mul_routed_weight=mul_routed_weight, bias=w2_bias, quant=quant, a_scale=h_scale,
+                            b_scale=w2_scale, block_shape=block_shape, config=c2))
+    return h, out

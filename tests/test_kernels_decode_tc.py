@@ -1,0 +1,166 @@
+"""Tensor-core decode GEMMs (fusedmoe/kernels/decode_tc.py) against the plain-torch references.
+
+8-bit operands holding small integers and power-of-two scales (as test_kernels_gemm's
+quantized tests): every product and partial sum is exact in fp32, so the kernels must
+match the dequantizing references to fp32 rounding, whatever the split / group order.
+The interpreter runs fp8 and int8 tl.dot correctly (unlike bf16). Odd sizes (I = 40, H =
+72: no tile divides them), splits that leave a K slice empty, expert_map drops, a token
+with no kept slot, biases, every gated activation and the no_mul ones.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+_CUDA = torch.cuda.is_available()
+if not _CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from fusedmoe.kernels.decode_tc import scratch_sizes, tc_config, tc_decode, tc_gemm1_launch  # noqa: E402
+from fusedmoe.kernels.launcher import launch  # noqa: E402
+from fusedmoe.reference.kernels import gemm1_act_ref, gemm2_ref  # noqa: E402
+from test_kernels_gemm import DEV, E, _int_operands, _pow2, _rel, _routing  # noqa: E402
+
+H_ODD, I_ODD = 72, 40
+SCHEMES = [
+    # (quant, dtype, a_scale shape fn (rows, K), b_scale shape fn (N, K), block)
+    ("channel", torch.float8_e4m3fn, lambda M, K: (M, 1), lambda N, K: (E, N), None),
+    ("channel", torch.int8, lambda M, K: (M, 1), lambda N, K: (E, N), None),
+    ("tensor", torch.float8_e4m3fn, lambda M, K: (1,), lambda N, K: (E,), None),
+    ("block", torch.float8_e4m3fn, lambda M, K: (M, -(-K // 32)), lambda N, K: (E, -(-N // 16), -(-K // 32)),
+     (16, 32)),
+]
+H_BLK, I_BLK = 64, 48          # block scales: H and I multiples of the (16, 32) block's K side where needed
+
+
+def _case(scheme, T, k, H, I, seed=0, gated=True):
+    quant, dt, a_shape, b_shape, block = scheme
+    n1 = 2 * I if gated else I
+    x = _int_operands((T, H), -4, 5, dt, 7 + seed)
+    w13 = _int_operands((E, n1, H), -4, 5, dt, 8 + seed)
+    w2 = _int_operands((E, H, I), -4, 5, dt, 9 + seed)
+    a1 = _pow2(a_shape(T, H), 10 + seed)
+    b1 = _pow2(b_shape(n1, H), 11 + seed)
+    b2 = _pow2(b_shape(H, I), 14 + seed)
+    return x, w13, w2, a1, b1, b2
+
+
+def _quant_h(scheme, seed):
+    """The 'quantizer' between the GEMMs for exact tests: h replaced by fixed small integers
+    and power-of-two scales (the GEMM1 output itself is checked separately)."""
+    quant, dt, a_shape, _, _ = scheme
+
+    def q(h):
+        n, I = h.shape
+        return _int_operands((n, I), -4, 5, dt, 40 + seed), _pow2(a_shape(n, I), 41 + seed)
+    return q
+
+
+CFGS = [  # (gemm1, gemm2): tiles smaller than the shapes, K slices / slot groups of every kind
+    (dict(BLOCK_N=16, BLOCK_K=16, SPLIT_K=1), dict(BLOCK_N=16, BLOCK_K=16, GROUPS=1)),
+    (dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=2), dict(BLOCK_N=32, BLOCK_K=32, GROUPS=2)),
+    (dict(BLOCK_N=32, BLOCK_K=16, SPLIT_K=3), dict(BLOCK_N=16, BLOCK_K=16, GROUPS=4)),   # k=4: 1 slot a group
+]
+
+
+@pytest.mark.parametrize("cfgs", CFGS, ids=["plain", "split2-groups2", "split3-groups4"])
+@pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: f"{s[0]}-{str(s[1]).replace('torch.', '')}")
+def test_tc_decode_exact(scheme, cfgs):
+    quant, dt, a_shape, _, block = scheme
+    H, I = (H_BLK, I_BLK) if block else (H_ODD, I_ODD)
+    T, k = 3, 4
+    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H, I)
+    tw, ids = _routing(T, E, k, seed=1)
+    qh = _quant_h(scheme, 0)
+    h, out = tc_decode(x, w13, w2, tw, ids, "silu", x_scale=a1, w13_scale=b1, w2_scale=b2, quant=quant,
+                       block_shape=block, quantize_h=qh, config1=dict(cfgs[0]), config2=dict(cfgs[1]))
+    ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1, block=block)
+    assert _rel(h, ref1) < 1e-2          # h is stored in bf16
+    hq, hs = qh(h)
+    ref2 = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=hs, b_scale=b2, block=block)
+    assert _rel(out, ref2) < 1e-2        # out in bf16
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("act,kw", [("silu", {}), ("silu", {"swiglu_limit": 0.3}), ("gelu", {}),
+                                    ("swigluoai", {"alpha": 1.702, "limit": 0.4}), ("gelu_no_mul", {}),
+                                    ("relu2_no_mul", {})])
+def test_tc_decode_activations_bias_map(act, kw):
+    # expert_map drops experts 1 and 3 (token 0 keeps no slot: zeros), biases on both GEMMs,
+    # routing weights applied in GEMM2 and not
+    scheme = SCHEMES[0]
+    quant = scheme[0]
+    gated = not act.endswith("_no_mul")
+    E_g, k, T = 5, 2, 4
+    emap = torch.tensor([0, -1, 1, -1, 2], dtype=torch.int32, device=DEV)
+    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H_ODD, I_ODD, seed=3, gated=gated)
+    w13, w2, b1, b2 = w13[:3], w2[:3], b1[:3], b2[:3]
+    g = torch.Generator().manual_seed(5)
+    bias13 = torch.randn(3, w13.shape[1], generator=g).to(DEV)
+    bias2 = torch.randn(3, H_ODD, generator=g).to(DEV)
+    tw, ids = _routing(T, E_g, k, seed=6)
+    ids[0] = torch.tensor([1, 3], dtype=torch.int32)
+    qh = _quant_h(scheme, 1)
+    for mul_w, cfgs in ((True, CFGS[1]), (False, CFGS[0])):
+        h, out = tc_decode(x, w13, w2, tw, ids, act, x_scale=a1, w13_scale=b1, w2_scale=b2, quant=quant,
+                           expert_map=emap, w13_bias=bias13, w2_bias=bias2, mul_routed_weight=mul_w,
+                           quantize_h=qh, config1=dict(cfgs[0]), config2=dict(cfgs[1]), **kw)
+        ref1 = gemm1_act_ref(x, w13, ids, act, expert_map=emap, bias=bias13, quant=quant, a_scale=a1,
+                             b_scale=b1, **kw)
+        kept = ref1.abs().sum(1) > 0
+        assert _rel(h[kept], ref1[kept]) < 1e-2
+        hq, hs = qh(h)
+        ref2 = gemm2_ref(hq, w2, ids, tw, expert_map=emap, bias=bias2, mul_routed_weight=mul_w, quant=quant,
+                         a_scale=hs, b_scale=b2)
+        assert (out[0] == 0).all()
+        assert _rel(out, ref2) < 1e-2
+
+
+def test_tc_decode_deterministic_and_scratch_left_zero():
+    scheme = SCHEMES[0]
+    T, k = 2, 4
+    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H_ODD, I_ODD)
+    tw, ids = _routing(T, E, k, seed=2)
+    c1, c2 = CFGS[2]
+    qh = _quant_h(scheme, 2)
+    runs = [tc_decode(x, w13, w2, tw, ids, x_scale=a1, w13_scale=b1, w2_scale=b2, quantize_h=qh,
+                      config1=dict(c1), config2=dict(c2))[1] for _ in range(2)]
+    assert torch.equal(runs[0], runs[1])
+    # one bound scratch reused: every launch leaves the tickets at zero
+    n_part, n_sync = scratch_sizes(T, k, I_ODD, H_ODD, c1, c2)
+    part = torch.empty(n_part, device=DEV)
+    sync = torch.zeros(n_sync, dtype=torch.int32, device=DEV)
+    h = torch.empty(T * k, I_ODD, dtype=torch.bfloat16, device=DEV)
+    for _ in range(2):
+        launch(*tc_gemm1_launch(x, w13, ids, "silu", h, part, sync, a_scale=a1, b_scale=b1, config=dict(c1)))
+        assert not sync.any()
+    assert _rel(h, gemm1_act_ref(x, w13, ids, "silu", quant="channel", a_scale=a1, b_scale=b1)) < 1e-2
+
+
+def test_tc_decode_empty_and_bad_operands():
+    scheme = SCHEMES[0]
+    x, w13, w2, a1, b1, b2 = _case(scheme, 1, 2, H_ODD, I_ODD)
+    tw, ids = _routing(0, E, 2)
+    h, out = tc_decode(x[:0], w13, w2, tw, ids, x_scale=a1[:0], w13_scale=b1, w2_scale=b2,
+                       quantize_h=_quant_h(scheme, 0))
+    assert out.shape == (0, H_ODD)
+    tw, ids = _routing(1, E, 2)
+    with pytest.raises(ValueError, match="8-bit activations and weights"):
+        tc_decode(x.to(torch.float16), w13, w2, tw, ids, x_scale=a1, w13_scale=b1, w2_scale=b2,
+                  quantize_h=_quant_h(scheme, 0))
+
+
+def test_tc_config_rules():
+    # qwen3 T=1 (8 pairs, I 768, H 2048): 24 tiles x 8 pairs = 192 programs -> SPLIT_K 2;
+    # GEMM2 32 tiles -> groups until >= 264 programs: 8 (one slot each)
+    c1 = tc_config("gemm1", 8, 768, 2048, 8)
+    assert (c1["BLOCK_N"], c1["BLOCK_K"], c1["SPLIT_K"]) == (32, 256, 2)
+    c2 = tc_config("gemm2", 1, 2048, 768, 8)
+    assert (c2["BLOCK_N"], c2["GROUPS"]) == (64, 8)
+    # deepseek tp8 fp8_block (I 256, H 7168, groups 128): BK = the group; GEMM1 64 -> split 8
+    c1 = tc_config("gemm1", 8, 256, 7168, 8, group_k=128)
+    assert (c1["BLOCK_K"], c1["SPLIT_K"]) == (128, 8)
+    c2 = tc_config("gemm2", 1, 7168, 256, 8, group_k=128)
+    assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 4)
