@@ -12,8 +12,10 @@ C. The layer through ``prepare_experts('triton')`` with FUSEDMOE_DECODE_PAIRS=0 
    weight-read roofline; bf16 for the three presets, fp8_channel (qwen3), fp8_block
    (deepseek tp8).
 D. W8A8 schemes at T = 1..16 (--d-cases, --d-tokens): decode kernels with x and h quantized
-   (FUSEDMOE_W8A8_DECODE=a8), decode kernels with 16-bit activations (a16, the default), and
-   the grouped path; graph / eager µs and the ratio to the 8-bit weight-read roofline.
+   (FUSEDMOE_W8A8_DECODE=a8), the same on the tensor cores (tc, kernels/decode_tc.py), decode
+   kernels with 16-bit activations (a16, the default), and the grouped path; graph / eager
+   µs and the ratio to the 8-bit weight-read roofline.
+T. T=1, the tensor-core decode GEMMs alone (--t-cases): a tile / split / stage sweep.
    ``--a16`` makes section A sweep the W8A8 GEMMs with 16-bit activations.
 Prints tables and writes every figure to the JSON.
 """
@@ -106,6 +108,57 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=
     return rows, default
 
 
+def tc_sweep(cfg, w, sets, bw, quick=False):
+    """Section T: the tensor-core decode GEMMs (kernels/decode_tc.py) alone at T = len(set
+    tokens), on operands quantized beforehand (untimed): GEMM1 BN x BK x SPLIT_K x stages,
+    GEMM2 BN x BK x GROUPS x stages; GB/s of the 8-bit weights read, and tc_config's choice."""
+    from fusedmoe.kernels import decode_tc as tc
+    from fusedmoe.modular.prepare_finalize import quantize_activation
+    H, I, k = cfg.hidden_size, cfg.intermediate_size, cfg.top_k
+    quant = "block" if w.scheme.block_shape else ("tensor" if w.w13_scale.dim() == 1 else "channel")
+    blk = w.scheme.block_shape
+    gk = blk[1] if blk else None
+    T = sets[0].topk_ids.shape[0]
+    a1 = [quantize_activation(s.x, w.scheme) for s in sets]
+    hs = [torch.empty(T * k, I, dtype=torch.bfloat16, device="cuda") for _ in sets]
+    big = [tc.scratch(T, k, I, H, dict(BLOCK_N=32, SPLIT_K=8), dict(BLOCK_N=64, GROUPS=8), True, "cuda")
+           for _ in range(1)][0]
+    d1 = tc.tc_config("gemm1", T * k, I, H, k, True, gk)
+    d2 = tc.tc_config("gemm2", T, H, I, k, group_k=gk)
+    from fusedmoe.kernels.launcher import launch
+    for s, (x, xs), h in zip(sets, a1, hs):
+        launch(*tc.tc_gemm1_launch(x, w.w13, s.topk_ids, "silu", h, *big[0], quant=quant, a_scale=xs,
+                                   b_scale=w.w13_scale, block_shape=blk, config=d1))
+    a2 = [quantize_activation(h, w.scheme) for h in hs]
+    hit = sum(s.experts_hit for s in sets) / len(sets)
+    nb = {"gemm1": hit * 2 * I * H, "gemm2": hit * H * I}
+    bks = [bk for bk in (64, 128, 256) if (gk is None and bk > 64) or (gk is not None and gk % bk == 0)]
+    grid1 = [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sp, num_warps=4, num_stages=4)
+             for bn in (32, 64) for bk in bks for sp in (1, 2, 4, 8)]
+    grid2 = [dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=g, num_warps=4, num_stages=4)
+             for bn in (64, 128) for bk in bks for g in (1, 2, 4, 8) if g <= k]
+    rows = []
+    for gemm, grid, dflt in (("gemm1", grid1, d1), ("gemm2", grid2, d2)):
+        stages = [dict(dflt, num_stages=st) for st in ((2, 3, 6) if not quick else ())]
+        for c in grid + stages + [dict(dflt, default=True)]:
+            cc = {key: v for key, v in c.items() if key != "default"}
+            if gemm == "gemm1":
+                calls = [lambda s=s, a=a, h=h: launch(*tc.tc_gemm1_launch(
+                    a[0], w.w13, s.topk_ids, "silu", h, *big[0], quant=quant, a_scale=a[1], b_scale=w.w13_scale,
+                    block_shape=blk, config=cc)) for s, a, h in zip(sets, a1, hs)]
+            else:
+                outs = [torch.empty(T, H, dtype=torch.bfloat16, device="cuda") for _ in sets]
+                calls = [lambda s=s, a=a, o=o: launch(*tc.tc_gemm2_launch(
+                    a[0], w.w2, s.topk_ids, s.topk_weights, o, *big[1], quant=quant, a_scale=a[1],
+                    b_scale=w.w2_scale, block_shape=blk, config=cc)) for s, a, o in zip(sets, a2, outs)]
+            try:
+                us = hz.time_graph(calls)
+                rows.append(dict(gemm=gemm, **c, us=us, gbps=nb[gemm] / us / 1e3, pct=100 * nb[gemm] / us / 1e3 / bw))
+            except Exception as e:  # a config that does not compile: say so, go on
+                rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:160]}"))
+    return rows
+
+
 def layer_ab(name, tp, scheme, bw, tokens):
     preset = get_preset(name)
     cfg = preset.to_config(tp=tp)
@@ -172,7 +225,8 @@ def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
     return variants_ab(name, tp, scheme, bw, tokens, VARIANTS, rounds)
 
 
-W8A8_MODES = {"a8": dict(FUSEDMOE_W8A8_DECODE="a8", FUSEDMOE_DECODE_PAIRS="4096"),
+W8A8_MODES = {"tc": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096"),
+              "a8": dict(FUSEDMOE_W8A8_DECODE="a8", FUSEDMOE_DECODE_PAIRS="4096"),
               "a16": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096"),
               "grouped": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="0")}
 
@@ -188,7 +242,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_ab.json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C,D")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C,D,T")
     ap.add_argument("--schemes", default="none,fp8_channel,fp8_block", help="schemes of both sections")
     ap.add_argument("--a16", action="store_true", help="section A: W8A8 schemes with 16-bit activations")
     ap.add_argument("--around", action="store_true", help="section A: the grid around decode_config's choice "
@@ -196,6 +250,8 @@ def main():
     ap.add_argument("--d-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
                     "deepseek-v3:8:fp8_block,qwen3-30b-a3b:1:fp8_tensor", help="section D: model:tp:scheme list")
     ap.add_argument("--d-tokens", default="1,2,4,8,16")
+    ap.add_argument("--t-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
+                    "deepseek-v3:8:fp8_block", help="section T: model:tp:scheme list")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     ceil = hz.measure_ceilings("cuda")
@@ -207,6 +263,27 @@ def main():
     want = set(a.schemes.split(","))
     if a.around:      # (Mixtral's T=1 decode is at ~100% of the roofline already)
         sweeps = [c for c in sweeps if c[0] != "mixtral-8x7b"]
+    if "T" not in skip:
+        res["T"] = {}
+        for case in a.t_cases.split(","):
+            name, tp, scheme = case.split(":")
+            cfg = get_preset(name).to_config(tp=int(tp))
+            w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+            sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
+            rows = tc_sweep(cfg, w, sets, bw, a.quick)
+            res["T"][case] = rows
+            for g in ("gemm1", "gemm2"):
+                ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
+                bad = [r for r in rows if r["gemm"] == g and "error" in r]
+                for r in ok[:6] + [r for r in ok if r.get("default")]:
+                    extra = {key: r[key] for key in ("SPLIT_K", "GROUPS") if key in r}
+                    print(f"T {case:32s} {g} {'default ' if r.get('default') else ''}BN{r['BLOCK_N']} "
+                          f"BK{r['BLOCK_K']} {extra} s{r['num_stages']} {r['us']:7.2f} us {r['gbps']:6.0f} GB/s "
+                          f"({r['pct']:.0f}%)", flush=True)
+                if bad:
+                    print(f"T {case} {g}: {len(bad)} configs failed, e.g. {bad[0]['error']}", flush=True)
+            del w
+            torch.cuda.empty_cache()
     for name, tp, scheme in [c for c in sweeps if c[2] in want] if "A" not in skip else []:
         cfg = get_preset(name).to_config(tp=tp)
         w = hz.make_weights(cfg, scheme, "cuda", seed=0)

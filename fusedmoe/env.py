@@ -16,7 +16,7 @@ callers read them outside the forward pass (at construction / selection time).
 | FUSEDMOE_DECODE_PAIRS       | the ``triton`` backend's decode kernels (kernels/decode.py)   |
 |                             | serve T*k <= this many pairs; 0 turns them off (default:      |
 |                             | max(k, E // 4) for E local experts; W8A8 min(E // 4, 32), or |
-|                             | E // 16 with FUSEDMOE_W8A8_DECODE=a8; see                     |
+|                             | E // 16 with FUSEDMOE_W8A8_DECODE=a8 / tc; see                |
 |                             | backends/triton.py)                                           |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
@@ -24,7 +24,8 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | ``a16`` (default) reads the 8-bit weights and keeps the       |
 |                             | activations 16-bit (no quantization launches; more accurate); |
 |                             | ``a8`` quantizes x and h as the scheme does (bit-compatible   |
-|                             | with the grouped path's activation rounding)                  |
+|                             | with the grouped path's activation rounding); ``tc`` as a8,   |
+|                             | with the GEMMs on the tensor cores (kernels/decode_tc.py)     |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ
@@ -97,13 +98,13 @@ def decode_pdl() -> bool:
 
 
 def w8a8_decode() -> str:
-    """FUSEDMOE_W8A8_DECODE: 'a16' (default) or 'a8'; a clear error otherwise."""
+    """FUSEDMOE_W8A8_DECODE: 'a16' (default), 'a8' or 'tc'; a clear error otherwise."""
     v = os.environ.get("FUSEDMOE_W8A8_DECODE", "").strip().lower()
     if not v:
         return "a16"
-    if v not in ("a16", "a8"):
-        raise ConfigError("FUSEDMOE_W8A8_DECODE", v, "'a16' or 'a8'",
-                          "unset it (a16: 16-bit activations at decode) or set FUSEDMOE_W8A8_DECODE=a8")
+    if v not in ("a16", "a8", "tc"):
+        raise ConfigError("FUSEDMOE_W8A8_DECODE", v, "'a16', 'a8' or 'tc'",
+                          "unset it (a16: 16-bit activations at decode) or set FUSEDMOE_W8A8_DECODE=a8 / tc")
     return v
 
 

@@ -200,26 +200,29 @@ def test_token_sweep_with_an_idle_poisoned_expert(mk, backend, scheme, T):
 TRITON_SCHEMES = ["none", "fp8_tensor", "fp8_tensor:static", "fp8_channel", "fp8_block", "int8_channel"]
 
 
-@pytest.mark.parametrize("a16", [True, False], ids=["a16", "a8"])
+@pytest.mark.parametrize("mode", ["a16", "a8", "tc"])
 @pytest.mark.parametrize("feature", ["plain", "bias_ep"])
 @pytest.mark.parametrize("scheme", TRITON_SCHEMES)
-def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, a16):
+def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode):
     # the token sweep above reaches the decode kernels only at T=1 (and in none / fp8_block);
     # raise the pair bound so T=7 (14 pairs) takes them for every scheme triton declares,
     # with biases and an expert_map (tokens with no local expert must come out as zeros)
     # (on a CUDA machine it runs there: Triton on CPU needs the interpreter). W8A8 schemes
     # both ways: a16 (default: 16-bit activations, checked against the reference without
-    # activation quantization at the 16-bit bound) and a8 (x and h quantized as the scheme does)
-    if scheme == "none" and not a16:
+    # activation quantization at the 16-bit bound), a8 (x and h quantized as the scheme does)
+    # and tc (as a8, the GEMMs on the tensor cores: kernels/decode_tc.py)
+    if scheme == "none" and mode != "a16":
         pytest.skip("16-bit weights: FUSEDMOE_W8A8_DECODE does not apply")
+    a16 = mode == "a16"
     monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "16")
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "a16" if a16 else "a8")
+    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
     cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", **kw)
     w = mk.weights(cfg, scheme, seed=21).to(dev)
     pe = build("triton", cfg, w)
     assert pe.kernel.experts.decode_pairs == 16
+    assert pe.kernel.experts.decode_tc == (mode == "tc" and scheme != "none")
     assert pe.quantizes_activations(7) == (scheme != "none" and not a16)
     assert pe.quantizes_activations(9) == (scheme != "none")               # 18 pairs: grouped path
     check(pe, cfg, w, mk.x(cfg, 7, seed=22).to(dev), mk.logits(cfg, 7, seed=23).to(dev))

@@ -18,7 +18,7 @@ _CUDA = torch.cuda.is_available()
 if not _CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from fusedmoe.kernels.decode_tc import scratch_sizes, tc_config, tc_decode, tc_gemm1_launch  # noqa: E402
+from fusedmoe.kernels.decode_tc import scratch, tc_config, tc_decode, tc_gemm1_launch  # noqa: E402
 from fusedmoe.kernels.launcher import launch  # noqa: E402
 from fusedmoe.reference.kernels import gemm1_act_ref, gemm2_ref  # noqa: E402
 from test_kernels_gemm import DEV, E, _int_operands, _pow2, _rel, _routing  # noqa: E402
@@ -129,9 +129,7 @@ def test_tc_decode_deterministic_and_scratch_left_zero():
                       config1=dict(c1), config2=dict(c2))[1] for _ in range(2)]
     assert torch.equal(runs[0], runs[1])
     # one bound scratch reused: every launch leaves the tickets at zero
-    n_part, n_sync = scratch_sizes(T, k, I_ODD, H_ODD, c1, c2)
-    part = torch.empty(n_part, device=DEV)
-    sync = torch.zeros(n_sync, dtype=torch.int32, device=DEV)
+    (part, sync), _ = scratch(T, k, I_ODD, H_ODD, c1, c2, True, DEV)
     h = torch.empty(T * k, I_ODD, dtype=torch.bfloat16, device=DEV)
     for _ in range(2):
         launch(*tc_gemm1_launch(x, w13, ids, "silu", h, part, sync, a_scale=a1, b_scale=b1, config=dict(c1)))
@@ -164,3 +162,40 @@ def test_tc_config_rules():
     assert (c1["BLOCK_K"], c1["SPLIT_K"]) == (128, 8)
     c2 = tc_config("gemm2", 1, 7168, 256, 8, group_k=128)
     assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 4)
+
+
+def test_tc_slots_are_the_decode_kernels():
+    # the triton backend binds either kernel pair with decode.py's slot positions
+    from fusedmoe.kernels.decode import GEMM1_SLOTS, GEMM2_SLOTS
+    from fusedmoe.kernels.decode_tc import TC_GEMM1_SLOTS, TC_GEMM2_SLOTS
+    assert TC_GEMM1_SLOTS == GEMM1_SLOTS and TC_GEMM2_SLOTS == GEMM2_SLOTS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model,tp,scheme", [("qwen3-30b-a3b", 1, "fp8_channel"), ("qwen3-30b-a3b", 1, "int8_channel"),
+                                             ("deepseek-v3", 8, "fp8_block"), ("qwen3-30b-a3b", 1, "fp8_tensor")])
+@pytest.mark.parametrize("T", [1, 2, 5])
+def test_gpu_tc_decode_real_sizes(model, tp, scheme, T):
+    # the real shapes with tc_config's own splits, random bf16 inputs quantized by the
+    # scheme's kernels: against the reference of the same math (activations quantized)
+    if not _CUDA or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("fp8 / int8 wgmma tiles: sm90")
+    from fusedmoe.bench.harness import make_weights
+    from fusedmoe.modular.prepare_finalize import quantize_activation
+    from fusedmoe.presets import get_preset
+    from fusedmoe.reference.moe import reference_moe
+    from fusedmoe.tolerances import rel_error, tolerance
+    cfg = get_preset(model).to_config(tp=tp)
+    w = make_weights(cfg, scheme, "cuda", seed=T)
+    g = torch.Generator(device="cuda").manual_seed(T)
+    x = torch.randn(T, cfg.hidden_size, generator=g, device="cuda", dtype=torch.bfloat16)
+    logits = torch.randn(T, cfg.num_experts, generator=g, device="cuda")
+    tw, ids = torch.topk(logits.softmax(-1), cfg.top_k, dim=-1)
+    ids = ids.to(torch.int32)
+    quant = {"fp8_block": "block", "fp8_tensor": "tensor"}.get(scheme, "channel")
+    xq, xs = quantize_activation(x, w.scheme)
+    _, out = tc_decode(xq, w.w13, w.w2, tw, ids, "silu", x_scale=xs, w13_scale=w.w13_scale, w2_scale=w.w2_scale,
+                       quant=quant, block_shape=w.scheme.block_shape,
+                       quantize_h=lambda h: quantize_activation(h, w.scheme))
+    ref = reference_moe(x, w, tw, ids, cfg, quantize_activations=True)
+    assert rel_error(out, ref) <= tolerance("bfloat16", w.scheme.method)

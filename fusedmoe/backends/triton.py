@@ -146,12 +146,16 @@ class TritonExperts(Experts):
         # decode GEMMs run on the CUDA cores either way, so quantizing the activations buys no
         # tensor-core rate there, only two launches (and their rounding); the 8-bit weights are
         # what is read. quantizes_activations(T) says which math a call gets.
-        self.decode_a16 = self.quantized and env.w8a8_decode() == "a16"
+        mode = env.w8a8_decode() if self.quantized else "16bit"
+        self.decode_a16 = mode == "a16"
+        # FUSEDMOE_W8A8_DECODE=tc: the a8 chain with the GEMMs on the tensor cores
+        # (kernels/decode_tc.py: 8-bit weight tiles as the MMA's M side, no widening)
+        self.decode_tc = mode == "tc"
         self.pdl_chain = (self.quantized and not self.decode_a16 and self.scheme.method != QuantMethod.FP8_TENSOR
                           and decode_pdl_ok(platform))
         self.pdl = decode_pdl_ok(platform) and (not self.quantized or self.decode_a16 or self.pdl_chain)
         self.decode_pairs = decode_pairs(config, ("a16" if self.decode_a16 else "a8") if self.quantized
-                                         else "16bit")  # env read once
+                                         else "16bit")  # env read once (tc: the a8 bound)
         # (both decode GEMMs in one launch, kernels/decode.py fused_launch, measured slower
         # than the two with PDL on the H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8
         # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
@@ -283,11 +287,36 @@ class TritonExperts(Experts):
             b2.fast(hq, out, tw, flat, emap, h_scale)
         return out
 
+    def _tc_launches(self, x, h, ids, out, expert_map):
+        """(gemm1_launch, gemm2_launch) of kernels/decode_tc.py with this shape's scratch
+        (fp32 partials, int32 tickets: zero now, left zero by every launch) bound in."""
+        from ..kernels import decode_tc as tc
+        from ..kernels.grouped_gemm import _num_sms
+        c = self.config
+        T, k = ids.shape
+        gk = self.block_shape[1] if self.quant_mode == "block" else None
+        nsm = _num_sms(x.device)
+        c1 = tc.tc_config("gemm1", T * k, h.shape[1], c.hidden_size, k, c.is_gated, gk, nsm)
+        c2 = tc.tc_config("gemm2", T, c.hidden_size, h.shape[1], k, group_k=gk, num_sms=nsm)
+        s1, s2 = tc.scratch(T, k, h.shape[1], c.hidden_size, c1, c2, c.is_gated, x.device)
+
+        def g1(*a, **kw):
+            return tc.tc_gemm1_launch(*a[:5], *s1, config=c1, **kw)
+
+        def g2(*a, **kw):
+            return tc.tc_gemm2_launch(*a[:5], *s2, config=c2, **kw)
+        return g1, g2
+
     def _bind_decode(self, key, x, x_scale, ids, tw, h, out, expert_map):
-        from ..kernels.decode import GEMM1_SLOTS as S1, GEMM2_SLOTS as S2, gemm1_launch, gemm2_launch
+        from ..kernels import decode as dk
+        from ..kernels.decode import GEMM1_SLOTS as S1, GEMM2_SLOTS as S2
         from ..kernels.launcher import bind
         c, w = self.config, self.weights
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
+        if self.decode_tc and x.element_size() == 1:     # (the tc slots are decode.py's: same positions)
+            gemm1_launch, gemm2_launch = self._tc_launches(x, h, ids, out, expert_map)
+        else:
+            gemm1_launch, gemm2_launch = dk.gemm1_launch, dk.gemm2_launch
         names = ("out", "ids", "map")
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
                             swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
@@ -361,6 +390,7 @@ def _variants(config, quant, platform):
     out = {"source": lc.describe()}
     quantized = quant.method != QuantMethod.NONE
     a16 = quantized and env.w8a8_decode() == "a16"
+    tc = quantized and env.w8a8_decode() == "tc"
     dp = decode_pairs(config, ("a16" if a16 else "a8") if quantized else "16bit")
     for T in BUCKETS:
         if T * config.top_k <= dp:
@@ -372,6 +402,8 @@ def _variants(config, quant, platform):
                              "GEMM2 per (token, N tile) with the k-sum fused, no reduce"
                              + ("; 8-bit weights, 16-bit activations (FUSEDMOE_W8A8_DECODE=a16: "
                                 "no activation quantization at decode)" if a16 else "")
+                             + ("; 8-bit x 8-bit GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE=tc, "
+                                "kernels/decode_tc.py)" if tc else "")
                              + (chain if pdl else ""))
             continue
         c1, c2 = lc.get(T)

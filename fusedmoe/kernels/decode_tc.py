@@ -308,13 +308,21 @@ def _check(a, w, quant, block_shape, bk) -> None:
 
 
 def scratch_sizes(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dict, gated: bool = True) -> tuple:
-    """(fp32 partial elements, int32 ticket elements) the two launches need for T tokens."""
+    """((fp32 partials, int32 tickets) of GEMM1, the same of GEMM2): element counts for T
+    tokens. Each GEMM gets its own scratch (a GEMM2 may start before GEMM1 ends: PDL)."""
     rows = 2 * cfg1["BLOCK_N"] if gated else cfg1["BLOCK_N"]
     t1 = cdiv(n_out1, cfg1["BLOCK_N"])
     t2 = cdiv(H, cfg2["BLOCK_N"])
-    part = max(T * top_k * cfg1["SPLIT_K"] * t1 * rows if cfg1["SPLIT_K"] > 1 else 0,
-               T * cfg2["GROUPS"] * t2 * cfg2["BLOCK_N"] if cfg2["GROUPS"] > 1 else 0, 1)
-    return part, max(T * top_k * t1, T * t2, 1)
+    part1 = T * top_k * cfg1["SPLIT_K"] * t1 * rows if cfg1["SPLIT_K"] > 1 else 1
+    part2 = T * cfg2["GROUPS"] * t2 * cfg2["BLOCK_N"] if cfg2["GROUPS"] > 1 else 1
+    return (part1, T * top_k * t1), (part2, T * t2)
+
+
+def scratch(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dict, gated: bool, device) -> tuple:
+    """((part, sync) of GEMM1, (part, sync) of GEMM2): the tensors of ``scratch_sizes``,
+    tickets zeroed."""
+    return tuple((torch.empty(p, dtype=torch.float32, device=device), torch.zeros(n, dtype=torch.int32, device=device))
+                 for p, n in scratch_sizes(T, top_k, n_out1, H, cfg1, cfg2, gated))
 
 
 def _common(a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape):
@@ -409,14 +417,12 @@ def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale
     nsm = _num_sms(xq.device)
     c1 = config1 or tc_config("gemm1", T * k, n_out, H, k, gated, gk, nsm)
     c2 = config2 or tc_config("gemm2", T, H, n_out, k, group_k=gk, num_sms=nsm)
-    n_part, n_sync = scratch_sizes(T, k, n_out, H, c1, c2, gated)
-    part = torch.empty(n_part, dtype=torch.float32, device=xq.device)
-    sync = torch.zeros(n_sync, dtype=torch.int32, device=xq.device)
-    launch(*tc_gemm1_launch(xq, w13, topk_ids, activation, h, part, sync, expert_map=expert_map, bias=w13_bias,
+    (part1, sync1), (part2, sync2) = scratch(T, k, n_out, H, c1, c2, gated, xq.device)
+    launch(*tc_gemm1_launch(xq, w13, topk_ids, activation, h, part1, sync1, expert_map=expert_map, bias=w13_bias,
                             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=x_scale,
                             b_scale=w13_scale, block_shape=block_shape, config=c1))
     hq, h_scale = quantize_h(h)
-    launch(*tc_gemm2_launch(hq, w2, topk_ids, topk_weights, out, part, sync, expert_map=expert_map,
+    launch(*tc_gemm2_launch(hq, w2, topk_ids, topk_weights, out, part2, sync2, expert_map=expert_map,
                             mul_routed_weight=mul_routed_weight, bias=w2_bias, quant=quant, a_scale=h_scale,
                             b_scale=w2_scale, block_shape=block_shape, config=c2))
     return h, out
