@@ -3,7 +3,9 @@
     python3 benchmarks/decode_ab.py --out $OUT/decode_ab.json [--quick]
 
 B. The layer's decode path as two launches, or two with PDL (GEMM2 a programmatic dependent
-   launch of GEMM1, FUSEDMOE_DECODE_PDL) at T = 1, 2: graph and eager µs, alternating rounds.
+   launch of GEMM1, FUSEDMOE_DECODE_PDL), without or with GEMM2 asking L2 for all its weight
+   rows before it waits (FUSEDMOE_DECODE_L2_PREFETCH) at T = 1, 2: graph and eager µs,
+   alternating rounds.
 A. T=1, bf16, each decode kernel alone (CUDA-graph replay over rotating input sets, so L2
    does not hold the weights): BLOCK_N x BLOCK_K x num_warps x PREFETCH, GB/s of the
    weights read, and decode_config's choice.
@@ -185,7 +187,8 @@ def layer_ab(name, tp, scheme, bw, tokens):
 
 # (session 4 also compared "fused", kernels/decode.py fused_launch through the backend:
 # slower, see docs/BENCHMARKS.md; the backend no longer takes it)
-VARIANTS = {"two": dict(FUSEDMOE_DECODE_PDL="0"), "pdl": dict(FUSEDMOE_DECODE_PDL="1")}
+VARIANTS = {"two": dict(FUSEDMOE_DECODE_PDL="0"), "pdl": dict(FUSEDMOE_DECODE_PDL="1", FUSEDMOE_DECODE_L2_PREFETCH="0"),
+            "pdl-l2": dict(FUSEDMOE_DECODE_PDL="1", FUSEDMOE_DECODE_L2_PREFETCH="1")}
 
 
 def variants_ab(name, tp, scheme, bw, tokens, variants, rounds=3):
@@ -227,7 +230,10 @@ def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
 
 W8A8_MODES = {"tc": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096"),
               "a8": dict(FUSEDMOE_W8A8_DECODE="a8", FUSEDMOE_DECODE_PAIRS="4096"),
+              "a8-nol2": dict(FUSEDMOE_W8A8_DECODE="a8", FUSEDMOE_DECODE_PAIRS="4096", FUSEDMOE_DECODE_L2_PREFETCH="0"),
               "a16": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096"),
+              "a16-nol2": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096",
+                               FUSEDMOE_DECODE_L2_PREFETCH="0"),
               "grouped": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="0")}
 
 

@@ -151,17 +151,17 @@ def test_tc_decode_empty_and_bad_operands():
 
 
 def test_tc_config_rules():
-    # qwen3 T=1 (8 pairs, I 768, H 2048): 24 tiles x 8 pairs = 192 programs -> SPLIT_K 2;
-    # GEMM2 32 tiles -> groups until >= 264 programs: 8 (one slot each)
+    # qwen3 T=1 (8 pairs, I 768, H 2048): 24 tiles x 8 pairs = 192 programs >= 132 SMs: no
+    # split; GEMM2 32 tiles -> slot groups while < 4 programs per SM: 8 (one slot each)
     c1 = tc_config("gemm1", 8, 768, 2048, 8)
-    assert (c1["BLOCK_N"], c1["BLOCK_K"], c1["SPLIT_K"]) == (32, 256, 2)
+    assert (c1["BLOCK_N"], c1["BLOCK_K"], c1["SPLIT_K"]) == (32, 256, 1)
     c2 = tc_config("gemm2", 1, 2048, 768, 8)
     assert (c2["BLOCK_N"], c2["GROUPS"]) == (64, 8)
-    # deepseek tp8 fp8_block (I 256, H 7168, groups 128): BK = the group; GEMM1 64 -> split 8
+    # deepseek tp8 fp8_block (I 256, H 7168, groups 128): BK = the group; GEMM1 64 tiles -> split 4
     c1 = tc_config("gemm1", 8, 256, 7168, 8, group_k=128)
-    assert (c1["BLOCK_K"], c1["SPLIT_K"]) == (128, 8)
+    assert (c1["BLOCK_K"], c1["SPLIT_K"]) == (128, 4)
     c2 = tc_config("gemm2", 1, 7168, 256, 8, group_k=128)
-    assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 4)
+    assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 8)
 
 
 def test_tc_slots_are_the_decode_kernels():

@@ -274,9 +274,11 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     GROUPS (gemm2), num_warps, num_stages.
 
     ROWS = 64 weight rows a program (one wgmma M; GEMM1 gated: 32 gate + 32 up rows), BK
-    256 bytes of each row a K step (16 KB a stage), or the block scales' group. Programs:
-    the splits grow (powers of two) until there are >= 2 per SM, keeping >= 2 K steps per
-    GEMM1 split (H100 figures: docs/BENCHMARKS.md, seventh session)."""
+    256 bytes of each row a K step (16 KB a stage), or the block scales' group. GEMM1 splits
+    K (powers of two) only while its tiles fill less than one wave of programs (the ticket
+    and the partials' round trip cost: qwen3 fp8 T=1 11.2 us unsplit vs 13.8 with 2 splits),
+    GEMM2 splits the slots while there are fewer than 4 programs per SM (qwen3 and deepseek
+    tp8: one slot a program measured best). H100, benchmarks/decode_ab.py section T."""
     bk = 256
     if group_k is not None:
         while bk > 16 and group_k % bk:
@@ -288,13 +290,13 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         tiles = cdiv(n_out, bn) * pairs_or_tokens
         nk = cdiv(K, bk)
         split = 1
-        while split < 8 and tiles * split < 2 * num_sms and cdiv(nk, 2 * split) >= 2:
+        while split < 8 and tiles * split < num_sms and cdiv(nk, 2 * split) >= 2:
             split *= 2
         return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4, num_stages=4)
     bn = 64
     tiles = cdiv(n_out, bn) * pairs_or_tokens
     groups = 1
-    while groups < top_k and tiles * groups < 2 * num_sms:
+    while groups < top_k and tiles * groups < 4 * num_sms:
         groups *= 2
     return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), num_warps=4, num_stages=4)
 
