@@ -3,9 +3,7 @@
     python3 benchmarks/decode_ab.py --out $OUT/decode_ab.json [--quick]
 
 B. The layer's decode path as two launches, or two with PDL (GEMM2 a programmatic dependent
-   launch of GEMM1, FUSEDMOE_DECODE_PDL), without or with GEMM2 asking L2 for all its weight
-   rows before it waits (FUSEDMOE_DECODE_L2_PREFETCH) at T = 1, 2: graph and eager µs,
-   alternating rounds.
+   launch of GEMM1, FUSEDMOE_DECODE_PDL) at T = 1, 2: graph and eager µs, alternating rounds.
 A. T=1, bf16, each decode kernel alone (CUDA-graph replay over rotating input sets, so L2
    does not hold the weights): BLOCK_N x BLOCK_K x num_warps x PREFETCH, GB/s of the
    weights read, and decode_config's choice.
@@ -187,8 +185,7 @@ def layer_ab(name, tp, scheme, bw, tokens):
 
 # (session 4 also compared "fused", kernels/decode.py fused_launch through the backend:
 # slower, see docs/BENCHMARKS.md; the backend no longer takes it)
-VARIANTS = {"two": dict(FUSEDMOE_DECODE_PDL="0"), "pdl": dict(FUSEDMOE_DECODE_PDL="1", FUSEDMOE_DECODE_L2_PREFETCH="0"),
-            "pdl-l2": dict(FUSEDMOE_DECODE_PDL="1", FUSEDMOE_DECODE_L2_PREFETCH="1")}
+VARIANTS = {"two": dict(FUSEDMOE_DECODE_PDL="0"), "pdl": dict(FUSEDMOE_DECODE_PDL="1")}
 
 
 def variants_ab(name, tp, scheme, bw, tokens, variants, rounds=3):
@@ -230,18 +227,15 @@ def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
 
 W8A8_MODES = {"tc": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096"),
               "a8": dict(FUSEDMOE_W8A8_DECODE="a8", FUSEDMOE_DECODE_PAIRS="4096"),
-              "a8-nol2": dict(FUSEDMOE_W8A8_DECODE="a8", FUSEDMOE_DECODE_PAIRS="4096", FUSEDMOE_DECODE_L2_PREFETCH="0"),
               "a16": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096"),
-              "a16-nol2": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096",
-                               FUSEDMOE_DECODE_L2_PREFETCH="0"),
               "grouped": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="0")}
 
 
-def w8a8_ab(name, tp, scheme, bw, tokens, rounds=2):
+def w8a8_ab(name, tp, scheme, bw, tokens, rounds=2, variants=None):
     """Section D: a W8A8 scheme's small-T forward three ways: decode kernels with x and h
     quantized (a8, the PDL chain), decode kernels with 16-bit activations (a16), and the
     grouped path; ratio = graph time / the 8-bit-weight-read roofline."""
-    return variants_ab(name, tp, scheme, bw, tokens, W8A8_MODES, rounds)
+    return variants_ab(name, tp, scheme, bw, tokens, {v: W8A8_MODES[v] for v in variants or W8A8_MODES}, rounds)
 
 
 def main():
@@ -256,6 +250,7 @@ def main():
     ap.add_argument("--d-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
                     "deepseek-v3:8:fp8_block,qwen3-30b-a3b:1:fp8_tensor", help="section D: model:tp:scheme list")
     ap.add_argument("--d-tokens", default="1,2,4,8,16")
+    ap.add_argument("--d-variants", default=",".join(W8A8_MODES), help="section D: which of " + ",".join(W8A8_MODES))
     ap.add_argument("--t-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
                     "deepseek-v3:8:fp8_block", help="section T: model:tp:scheme list")
     a = ap.parse_args()
@@ -333,7 +328,8 @@ def main():
         res["D"] = []
         for case in a.d_cases.split(","):
             name, tp, scheme = case.split(":")
-            rows = w8a8_ab(name, int(tp), scheme, bw, [int(t) for t in a.d_tokens.split(",")])
+            rows = w8a8_ab(name, int(tp), scheme, bw, [int(t) for t in a.d_tokens.split(",")],
+                           variants=a.d_variants.split(","))
             res["D"] += rows
             for r in rows:
                 print(f"D {name:14s} {scheme:12s} T={r['T']:<3d} {r['variant']:8s} graph {r['us_graph']:7.2f} "

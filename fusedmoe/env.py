@@ -20,9 +20,6 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | backends/triton.py)                                           |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
-| FUSEDMOE_DECODE_L2_PREFETCH | 0: decode GEMMs launched as programmatic dependents do not    |
-|                             | ask L2 for their weight rows before they wait (default 1,     |
-|                             | where the rows of the experts hit fit in half of L2)          |
 | FUSEDMOE_W8A8_DECODE        | how the ``triton`` decode kernels compute W8A8 schemes:       |
 |                             | ``a16`` (default) reads the 8-bit weights and keeps the       |
 |                             | activations 16-bit (no quantization launches; more accurate); |
@@ -44,7 +41,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_L2_PREFETCH", "FUSEDMOE_W8A8_DECODE")
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_W8A8_DECODE")
 
 
 def backend() -> str | None:
@@ -98,11 +95,6 @@ def decode_pairs() -> int | None:
 def decode_pdl() -> bool:
     """False when FUSEDMOE_DECODE_PDL is 0/false (on by default where the device has it)."""
     return os.environ.get("FUSEDMOE_DECODE_PDL", "1").strip() not in ("0", "false", "False")
-
-
-def decode_l2_prefetch() -> bool:
-    """False when FUSEDMOE_DECODE_L2_PREFETCH is 0/false (on by default)."""
-    return os.environ.get("FUSEDMOE_DECODE_L2_PREFETCH", "1").strip() not in ("0", "false", "False")
 
 
 def w8a8_decode() -> str:

@@ -167,7 +167,6 @@ def main() -> int:
                                                                w13_bias=torch.empty(E, 2 * I, dtype=bf))),
                 (f"{name} T={T} gemm1 pdl", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True)),
                 (f"{name} T={T} gemm2 pdl", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True)),
-                (f"{name} T={T} gemm2 pdl l2pf", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True, l2_prefetch=True)),
             ]
     # the W8A8 decode chain (fp8 per token, fp8 1x128 groups): quantization kernels with PDL,
     # GEMM1 waiting for x, GEMM2 for h
@@ -187,10 +186,6 @@ def main() -> int:
             (f"fp8 {quant} gemm1 pdl_wait", dk.gemm1_launch(xq, w13, ids, "silu", h, a_scale=xs, b_scale=s13,
                                                              pdl=True, pdl_wait=True, **q)),
             (f"fp8 {quant} gemm2 pdl", dk.gemm2_launch(hq, w2, ids, tw, out, a_scale=hs, b_scale=s2, pdl=True, **q)),
-            (f"fp8 {quant} gemm1 pdl_wait l2pf", dk.gemm1_launch(xq, w13, ids, "silu", h, a_scale=xs, b_scale=s13,
-                                                                  pdl=True, pdl_wait=True, l2_prefetch=True, **q)),
-            (f"fp8 {quant} gemm2 pdl l2pf", dk.gemm2_launch(hq, w2, ids, tw, out, a_scale=hs, b_scale=s2, pdl=True,
-                                                             l2_prefetch=True, **q)),
         ]
     # W8A8 weights with 16-bit x / h (FUSEDMOE_W8A8_DECODE=a16), int8 weights too
     i8 = torch.int8
@@ -205,7 +200,6 @@ def main() -> int:
             (f"{lab} gemm1", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h, b_scale=s13,
                                              pdl=True, **q)),
             (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, **q)),
-            (f"{lab} gemm2 l2pf", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, l2_prefetch=True, **q)),
         ]
 
     def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf):
@@ -254,9 +248,7 @@ def main() -> int:
         t0 = time.perf_counter()
         try:
             ck = compile_spec(spec)
-            ptx = ck.asm["ptx"]
-            mma = "wgmma" if "wgmma" in ptx else ("mma" if "mma.sync" in ptx else "")
-            mma += f" l2pf x{ptx.count('prefetch.global.L2')}" if "prefetch.global.L2" in ptx else ""
+            mma = "wgmma" if "wgmma" in ck.asm["ptx"] else ("mma" if "mma.sync" in ck.asm["ptx"] else "")
             print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B {mma}",
                   flush=True)
         except Exception as e:  # print the compiler's message and go on

@@ -41,8 +41,6 @@ Weights: swigluoai's interleaved gate/up rows are de-interleaved into halves onc
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from .. import env
@@ -289,16 +287,6 @@ class TritonExperts(Experts):
             b2.fast(hq, out, tw, flat, emap, h_scale)
         return out
 
-    def _l2_prefetch(self, ids, device) -> bool:
-        """Whether the decode GEMMs that wait for their input (PDL) first ask L2 for all their
-        weight rows (FUSEDMOE_DECODE_L2_PREFETCH): when the weights of every pair's expert
-        fit in half of L2 (GEMM1's for the W8A8 chain, GEMM2's always)."""
-        if not (self.pdl and env.decode_l2_prefetch()) or device.type != "cuda":
-            return False
-        w = self.weights
-        per_pair = max(w.w13[0].numel() if self.pdl_chain else 0, w.w2[0].numel()) * w.w2.element_size()
-        return ids.numel() * per_pair <= _l2_bytes(device) // 2
-
     def _tc_launches(self, x, h, ids, out, expert_map):
         """(gemm1_launch, gemm2_launch) of kernels/decode_tc.py with this shape's scratch
         (fp32 partials, int32 tickets: zero now, left zero by every launch) bound in."""
@@ -328,9 +316,7 @@ class TritonExperts(Experts):
         if self.decode_tc and x.element_size() == 1:     # (the tc slots are decode.py's: same positions)
             gemm1_launch, gemm2_launch = self._tc_launches(x, h, ids, out, expert_map)
         else:
-            pf = dict(l2_prefetch=self._l2_prefetch(ids, x.device))
-            gemm1_launch = functools.partial(dk.gemm1_launch, **pf)
-            gemm2_launch = functools.partial(dk.gemm2_launch, **pf)
+            gemm1_launch, gemm2_launch = dk.gemm1_launch, dk.gemm2_launch
         names = ("out", "ids", "map")
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
                             swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
@@ -370,16 +356,6 @@ class TritonExperts(Experts):
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                      config=c2, reduce=self.reduce, workspace=ws.get("y"),
                      a_scale=h_scale, b_scale=w.w2_scale, **q)
-
-
-_L2: dict = {}
-
-
-def _l2_bytes(device) -> int:
-    n = _L2.get(device)
-    if n is None:
-        n = _L2[device] = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
-    return n
 
 
 def _check(config: MoEConfig, quant, platform):

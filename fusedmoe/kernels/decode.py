@@ -158,20 +158,6 @@ def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_b
     return acc
 
 
-@triton.jit
-def _prefetch_l2(w_rows, stride_wk, k_lim, K, L2_LINES: tl.constexpr, LINE: tl.constexpr):
-    """Ask L2 for the first K elements of every weight row (w_rows [R, BN] pointers; rows
-    with k_lim 0 read nothing): ``prefetch.global.L2`` per line of LINE elements, L2_LINES
-    lines per row (a power of two >= K / LINE). Used before a dependent launch waits: the
-    weights then stream from DRAM while the kernel it waits for still runs."""
-    ln = tl.arange(0, L2_LINES) * LINE
-    off = tl.minimum(ln, K - 1)
-    ptrs = w_rows[:, :, None] + off[None, None, :] * stride_wk
-    ptrs = tl.where(ln[None, None, :] < k_lim[:, None, None], ptrs, w_rows[:, :, None])   # (past K: the first line)
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
 SPIN_LIMIT = tl.constexpr(1 << 20)   # polls before a fused-kernel program gives up waiting (_wait)
 
 
@@ -200,8 +186,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
               QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
               BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, wait_ptr=None, wait_target=0,
-              L2_LINES: tl.constexpr = 0, LINE: tl.constexpr = 128):
+              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, wait_ptr=None, wait_target=0):
     """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
     each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
     or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
@@ -213,11 +198,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
     weight tile is loaded, then the program waits, then reads the activations. WAIT 1
     (programmatic dependent launch): for the previous grid (griddepcontrol.wait); WAIT 2
     (the fused decode kernel): until the counter at ``wait_ptr`` reaches ``wait_target``.
-    L2_LINES > 0 (with WAIT): before waiting, all of the program's weight rows are asked of
-    L2 (``_prefetch_l2``), not only the first tile.
     """
-    if WAIT and L2_LINES > 0:
-        _prefetch_l2(w_rows, stride_wk, k_lim, K, L2_LINES, LINE)
     if not PREFETCH:
         _wait(WAIT, wait_ptr, wait_target)
     if QA == 1:
@@ -278,7 +259,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
                 INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                 POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, L2_LINES: tl.constexpr = 0, LINE: tl.constexpr = 128):
+                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0):
     """GEMM1 for pair s (int64), N tile pid_n; R = 2 weight row groups (gate, up) or 1. A
     dropped pair writes nothing (its h row is never read). WAIT 1: x is the previous
     kernel's output (``_rows_dot``)."""
@@ -297,7 +278,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
         acc, sa_tok = _rows_dot(x_rows, stride_xk, w_ptr + e64[:, None] * stride_we + wrows * stride_wn, stride_wk,
                                 K, K + r * 0, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
                                 stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                                R, BLOCK_N, BLOCK_K, PREFETCH, WAIT, None, 0, L2_LINES, LINE)
+                                R, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
         acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e64 * stride_bias_e, wrows, stride_bsn,
                         stride_bias_n, A_SCALE, B_SCALE, HAS_BIAS, QA)
         g = tl.sum(tl.where(r[:, None] == 0, acc, 0.0), axis=0)                    # [BN]
@@ -315,8 +296,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                 MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                 GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                 QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, wait_ptr, wait_target,
-                L2_LINES: tl.constexpr = 0, LINE: tl.constexpr = 128):
+                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, wait_ptr, wait_target):
     """GEMM2 for token t (int64), N tile pid_n: all k slots at once as R = KP (k rounded up
     to a power of two) weight row groups, then a fixed-order sum over the slots. WAIT: the
     first weight tile is read before h is waited for (``_rows_dot``)."""
@@ -335,7 +315,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                             stride_wk, K, tl.where(keep, K, 0), as_rows, stride_ask,
                             bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
                             A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, wait_ptr, wait_target, L2_LINES, LINE)
+                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, wait_ptr, wait_target)
     acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
                     A_SCALE, B_SCALE, HAS_BIAS, QA)
     if MUL_W:
@@ -357,7 +337,7 @@ def _decode_gemm1_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, L2_LINES: tl.constexpr = 0, LINE: tl.constexpr = 128,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
 ):
     """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2, or the
     requantization of h) launch as soon as every program of this grid runs. PDL_WAIT: this
@@ -370,8 +350,7 @@ def _decode_gemm1_kernel(
                 stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
                 stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N, GROUP_K,
-                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0,
-                L2_LINES, LINE)
+                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -384,7 +363,7 @@ def _decode_gemm2_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, L2_LINES: tl.constexpr = 0, LINE: tl.constexpr = 128,
+    PDL: tl.constexpr = False,
 ):
     """Grid (N tiles, tokens). PDL: launched as a programmatic dependent of the kernel that
     wrote h; reads ids and the first weight tile, then waits for that kernel."""
@@ -393,7 +372,7 @@ def _decode_gemm2_kernel(
                 stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                 stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE, QMAX,
-                POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, h_ptr, 0, L2_LINES, LINE)
+                POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, h_ptr, 0)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -594,15 +573,14 @@ GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
 
 def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=None, swiglu_limit=None,
                  alpha=1.702, limit=7.0, quant="none", a_scale=None, b_scale=None, block_shape=None,
-                 config=None, quantize_a=None, scale_pow2=False, pdl=False, pdl_wait=False, l2_prefetch=False) -> tuple:
+                 config=None, quantize_a=None, scale_pow2=False, pdl=False, pdl_wait=False) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of
     ``decode_gemm1``'s launch (T > 0, out given): for ``launch(*spec)`` or
     ``launcher.bind(*spec, slots=...)`` (GEMM1_SLOTS; ``topk_ids.view(-1)`` is the ids slot,
     and the map slot when ``expert_map`` is None). ``pdl``: let the next kernel, launched
     with ``pdl`` (``gemm2_launch``), start before this one ends (sm90+). ``pdl_wait``: this
     launch is itself a programmatic dependent of the kernel that wrote x (a quantization
-    launched with ``pdl``): weights first, then x. ``l2_prefetch`` (with ``pdl_wait``): before
-    waiting, each program asks L2 for all of its weight rows (``l2_lines``)."""
+    launched with ``pdl``): weights first, then x."""
     assert not (pdl_wait and quantize_a is not None), "PDL: x is read after the wait; quantize_a reads it before"
     T, k = topk_ids.shape
     N13, K = w13.shape[1:]
@@ -618,7 +596,7 @@ def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=Non
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, PDL=pdl, PDL_WAIT=pdl_wait,
-            **consts, **l2_lines(K, w13, l2_prefetch and pdl_wait)), config.get("num_warps", 4), None, pdl_wait)
+            **consts), config.get("num_warps", 4), None, pdl_wait)
 
 
 def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
@@ -647,12 +625,11 @@ def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk
 
 def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_routed_weight=True, bias=None,
                  quant="none", a_scale=None, b_scale=None, block_shape=None, config=None, quantize_a=None,
-                 scale_pow2=False, pdl=False, l2_prefetch=False) -> tuple:
+                 scale_pow2=False, pdl=False) -> tuple:
     """``decode_gemm2``'s launch as in ``gemm1_launch`` (slots: GEMM2_SLOTS). ``pdl``: a
     programmatic dependent launch (sm90+): the programs start while the kernel that writes h
     (the GEMM1 of ``gemm1_launch(pdl=True)``, or any kernel) still runs, load their ids and
-    first weight tile, and wait for it before reading h; ``l2_prefetch`` (with ``pdl``): and
-    ask L2 for the rest of their weight rows before they wait (``l2_lines``)."""
+    first weight tile, and wait for it before reading h."""
     assert not (pdl and quantize_a is not None), "PDL: h is read after the wait; quantize_a reads it before"
     T, k = topk_ids.shape
     H, K = w2.shape[1:]
@@ -664,17 +641,7 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
-    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, **consts, **l2_lines(K, w2, l2_prefetch and pdl)),
-        config.get("num_warps", 4), None, pdl)
-
-
-def l2_lines(K: int, w: torch.Tensor, on: bool) -> dict:
-    """The constexprs of ``_prefetch_l2`` for weight rows of K elements: L2_LINES lines of
-    128 bytes a row (a power of two; 0: no prefetch), LINE elements a line."""
-    if not on or w.stride(2) != 1:
-        return dict(L2_LINES=0, LINE=128)
-    line = 128 // w.element_size()
-    return dict(L2_LINES=next_power_of_2(cdiv(K, line)), LINE=line)
+    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, **consts), config.get("num_warps", 4), None, pdl)
 
 
 def sync_buffer_size(max_tokens: int) -> int:
