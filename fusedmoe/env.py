@@ -15,17 +15,18 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | (no cached launcher, kernels/launcher.py; default 1)          |
 | FUSEDMOE_DECODE_PAIRS       | the ``triton`` backend's decode kernels (kernels/decode.py)   |
 |                             | serve T*k <= this many pairs; 0 turns them off (default:      |
-|                             | max(k, E // 4) for E local experts; W8A8 min(E // 4, 32), or |
-|                             | E // 16 with FUSEDMOE_W8A8_DECODE=a8 / tc; see                |
-|                             | backends/triton.py)                                           |
+|                             | max(k, E // 4) for E local experts; W8A8 by                   |
+|                             | FUSEDMOE_W8A8_DECODE: auto / tc min(E // 2, 128) for E >= 64, |
+|                             | a16 min(E // 4, 32), a8 E // 16; see backends/triton.py)      |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
 | FUSEDMOE_W8A8_DECODE        | how the ``triton`` decode kernels compute W8A8 schemes:       |
-|                             | ``a16`` (default) reads the 8-bit weights and keeps the       |
-|                             | activations 16-bit (no quantization launches; more accurate); |
-|                             | ``a8`` quantizes x and h as the scheme does (bit-compatible   |
-|                             | with the grouped path's activation rounding); ``tc`` as a8,   |
-|                             | with the GEMMs on the tensor cores (kernels/decode_tc.py)     |
+|                             | ``a16`` reads the 8-bit weights and keeps the activations     |
+|                             | 16-bit (no quantization launches; more accurate); ``a8``      |
+|                             | quantizes x and h as the scheme does (bit-compatible with the |
+|                             | grouped path's activation rounding); ``tc`` as a8, with the   |
+|                             | GEMMs on the tensor cores (kernels/decode_tc.py); ``auto``    |
+|                             | (default): a16 for one token, tc for more (the fastest each)  |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ
@@ -98,13 +99,13 @@ def decode_pdl() -> bool:
 
 
 def w8a8_decode() -> str:
-    """FUSEDMOE_W8A8_DECODE: 'a16' (default), 'a8' or 'tc'; a clear error otherwise."""
+    """FUSEDMOE_W8A8_DECODE: 'auto' (default), 'a16', 'a8' or 'tc'; a clear error otherwise."""
     v = os.environ.get("FUSEDMOE_W8A8_DECODE", "").strip().lower()
     if not v:
-        return "a16"
-    if v not in ("a16", "a8", "tc"):
-        raise ConfigError("FUSEDMOE_W8A8_DECODE", v, "'a16', 'a8' or 'tc'",
-                          "unset it (a16: 16-bit activations at decode) or set FUSEDMOE_W8A8_DECODE=a8 / tc")
+        return "auto"
+    if v not in ("auto", "a16", "a8", "tc"):
+        raise ConfigError("FUSEDMOE_W8A8_DECODE", v, "'auto', 'a16', 'a8' or 'tc'",
+                          "unset it (auto: a16 for one token, tc above) or set FUSEDMOE_W8A8_DECODE=a16 / a8 / tc")
     return v
 
 

@@ -200,7 +200,7 @@ def test_token_sweep_with_an_idle_poisoned_expert(mk, backend, scheme, T):
 TRITON_SCHEMES = ["none", "fp8_tensor", "fp8_tensor:static", "fp8_channel", "fp8_block", "int8_channel"]
 
 
-@pytest.mark.parametrize("mode", ["a16", "a8", "tc"])
+@pytest.mark.parametrize("mode", ["a16", "a8", "tc", "auto"])
 @pytest.mark.parametrize("feature", ["plain", "bias_ep"])
 @pytest.mark.parametrize("scheme", TRITON_SCHEMES)
 def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode):
@@ -222,19 +222,25 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
     w = mk.weights(cfg, scheme, seed=21).to(dev)
     pe = build("triton", cfg, w)
     assert pe.kernel.experts.decode_pairs == 16
-    assert pe.kernel.experts.decode_tc == (mode == "tc" and scheme != "none")
+    ex = pe.kernel.experts
+    assert ex.decode_mode(7).tc == (mode in ("tc", "auto") and scheme != "none")
     assert pe.quantizes_activations(7) == (scheme != "none" and not a16)
     assert pe.quantizes_activations(9) == (scheme != "none")               # 18 pairs: grouped path
-    check(pe, cfg, w, mk.x(cfg, 7, seed=22).to(dev), mk.logits(cfg, 7, seed=23).to(dev))
+    # auto: one token in a16 math (the fastest there), more on the tensor cores
+    assert pe.quantizes_activations(1) == (scheme != "none" and mode in ("a8", "tc"))
+    for T in (7, 1) if mode == "auto" else (7,):
+        check(pe, cfg, w, mk.x(cfg, T, seed=22).to(dev), mk.logits(cfg, T, seed=23).to(dev))
 
 
 def test_triton_decode_pair_bounds(monkeypatch):
     # the measured crossovers (backends/triton.py docstring): 16-bit E/4; W8A8 with 16-bit
-    # activations min(E/4, 32); W8A8 quantized (a8) E/16; never below k
+    # activations min(E/4, 32); W8A8 quantized (a8) E/16; tensor cores (tc, auto) min(E/2, 128)
+    # from 64 experts, E/4 below; never below k
     from fusedmoe.backends.triton import decode_pairs
-    for (E, k), want in {(128, 8): (32, 32, 8), (256, 8): (64, 32, 16), (8, 2): (2, 2, 2)}.items():
+    for (E, k), want in {(128, 8): (32, 32, 8, 64, 64), (256, 8): (64, 32, 16, 128, 128),
+                         (8, 2): (2, 2, 2, 2, 2), (512, 8): (128, 32, 32, 128, 128)}.items():
         cfg = MoEConfig(E, k, 256, 128)
-        assert tuple(decode_pairs(cfg, m) for m in ("16bit", "a16", "a8")) == want, (E, k)
+        assert tuple(decode_pairs(cfg, m) for m in ("16bit", "a16", "a8", "tc", "auto")) == want, (E, k)
     monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "5")
     assert decode_pairs(MoEConfig(128, 8, 256, 128), "a16") == 5
 

@@ -220,13 +220,30 @@ def test_python_m_help_lists_commands():
         assert cmd in p.stdout, cmd
 
 
+def test_explain_auto_w8a8_decode_per_bucket(monkeypatch):
+    # the default FUSEDMOE_W8A8_DECODE=auto: deepseek-v3 tp8 fp8_block (E 256: up to 128
+    # pairs) runs T=1 with 16-bit activations, T=16 on the tensor-core GEMMs in the PDL chain,
+    # T=64 on the grouped path
+    from fusedmoe.backends.triton import _variants
+    from fusedmoe.config import QuantScheme
+    from fusedmoe.platform import Platform
+    from fusedmoe.presets import get_preset
+    monkeypatch.delenv("FUSEDMOE_W8A8_DECODE", raising=False)
+    cfg = get_preset("deepseek-v3").to_config(tp=8)
+    rows = _variants(cfg, QuantScheme.parse("fp8_block"), Platform.resolve("h100"))
+    assert "16-bit activations" in rows["T=1"] and "tensor cores" not in rows["T=1"]
+    assert "tensor cores" in rows["T=16"] and "launch chain" in rows["T=16"]
+    assert rows["T=64"].startswith("gemm1 BM")
+
+
 @pytest.mark.parametrize("quant,mode,want", [
     ("none", "a16", "GEMM2 a programmatic dependent launch"),
     ("fp8_channel", "a16", "GEMM2 a programmatic dependent launch"),
     ("fp8_tensor", "a16", "GEMM2 a programmatic dependent launch"),
     ("fp8_channel", "a8", "one programmatic dependent launch chain"),
     ("fp8_block", "a8", "one programmatic dependent launch chain"),
-    ("fp8_tensor", "a8", None)])
+    ("fp8_tensor", "a8", None),
+    ("fp8_channel", "auto", "GEMM2 a programmatic dependent launch")])     # auto: T=1 is a16
 def test_explain_says_how_decode_launches_are_chained(quant, mode, want, monkeypatch):
     # the selection report's decode row names the PDL chaining the backend will use on an
     # H100 (W8A8 with FUSEDMOE_W8A8_DECODE=a8: the quantization launches join the chain, none
@@ -239,7 +256,7 @@ def test_explain_says_how_decode_launches_are_chained(quant, mode, want, monkeyp
     monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)
     cfg = get_preset("qwen3-30b-a3b").to_config()
     row = _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))["T=1"]
-    assert ("16-bit activations" in row) == (quant != "none" and mode == "a16")
+    assert ("16-bit activations" in row) == (quant != "none" and mode in ("a16", "auto"))
     row = _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))["T=1"]
     assert row.startswith("decode kernels")
     assert (want in row) if want else ("programmatic" not in row)

@@ -312,9 +312,11 @@ def test_env_backend_and_disabled(monkeypatch):
 
 
 def test_env_w8a8_decode(monkeypatch):
-    assert env.w8a8_decode() == "a16"                          # the default
+    assert env.w8a8_decode() == "auto"                         # the default
     monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", " A8 ")
     assert env.w8a8_decode() == "a8"
+    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
+    assert env.w8a8_decode() == "tc"
     monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "fp8")
     with pytest.raises(ConfigError, match="FUSEDMOE_W8A8_DECODE='fp8'.*a16.*Fix"):
         env.w8a8_decode()

@@ -176,7 +176,7 @@ def test_module_forward_graph_capture_and_compile():
 @pytest.mark.parametrize("quant,mode", [("none", "a16"), ("fp8_channel", "a8"), ("int8_channel", "a8"),
                                         ("fp8_block", "a8"), ("fp8_channel", "a16"), ("fp8_block", "a16"),
                                         ("fp8_tensor", "a16"), ("fp8_channel", "tc"), ("int8_channel", "tc"),
-                                        ("fp8_block", "tc")])
+                                        ("fp8_block", "tc"), ("fp8_block", "auto"), ("fp8_channel", "auto")])
 @pytest.mark.parametrize("T", [1, 3])
 def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     # decode: GEMM2 a programmatic dependent launch of GEMM1 (16-bit), or the W8A8 chain
@@ -194,7 +194,7 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     for pdl in ("0", "1"):
         monkeypatch.setenv("FUSEDMOE_DECODE_PDL", pdl)
         pe = prepare_experts(cfg, w, "triton")
-        assert pe.kernel.experts.pdl == (pdl == "1")
+        assert pe.kernel.experts.decode_mode(T).pdl == (pdl == "1")
         eager = [pe(x, tw, ti).clone() for _ in range(3)]
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
@@ -209,7 +209,7 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
         outs[pdl] = eager + [o.clone()]
     for a in outs["0"] + outs["1"]:
         assert torch.equal(a, outs["0"][0])
-    qa = quant != "none" and mode in ("a8", "tc")
+    qa = quant != "none" and (mode in ("a8", "tc") or (mode == "auto" and T > 1))
     assert pe.quantizes_activations(T) == qa
     ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=qa)
     assert rel_error(outs["1"][0], ref) <= tolerance(cfg.dtype, quant if qa else "none")

@@ -41,6 +41,8 @@ Weights: swigluoai's interleaved gate/up rows are de-interleaved into halves onc
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .. import env
@@ -60,16 +62,30 @@ QUANT_MIN_SM = {QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMe
                 QuantMethod.INT8_CHANNEL: 80}
 
 
+class DecodeMode(NamedTuple):
+    """How the decode kernels run a call: ``a16`` (x and h stay 16-bit: the weight-only math
+    of W8A8 schemes, and 16-bit schemes), ``tc`` (the tensor-core GEMMs of
+    kernels/decode_tc.py on quantized x and h), ``pdl`` (GEMM2, and with ``chain`` every
+    launch after the first, a programmatic dependent launch)."""
+    a16: bool
+    tc: bool
+    pdl: bool
+    chain: bool
+
+
 def decode_pairs(config: MoEConfig, mode: str = "16bit") -> int:
     """Largest T*k served by the decode kernels: FUSEDMOE_DECODE_PAIRS, else by ``mode``:
     '16bit' max(k, E // 4); 'a16' (W8A8 weights, 16-bit activations) max(k, min(E // 4, 32));
-    'a8' (W8A8 with x and h quantized: 4 launches) max(k, E // 16). One token always; more
-    while the pairs mostly hit distinct experts (measurements: the module docstring)."""
+    'a8' (W8A8 with x and h quantized: 4 launches) max(k, E // 16); 'tc' and 'auto' (the
+    tensor-core GEMMs) max(k, min(E // 2, 128)) for E >= 64, else max(k, E // 4). One token
+    always; more while the pairs mostly hit distinct experts (measurements: the module
+    docstring)."""
     v = env.decode_pairs()
     if v is not None:
         return v
     E, k = config.num_local_experts, config.top_k
-    return max(k, {"16bit": E // 4, "a16": min(E // 4, 32), "a8": E // 16}[mode])
+    tc = min(E // 2, 128) if E >= 64 else E // 4
+    return max(k, {"16bit": E // 4, "a16": min(E // 4, 32), "a8": E // 16, "tc": tc, "auto": tc}[mode])
 
 
 def decode_pdl_ok(platform) -> bool:
@@ -142,20 +158,22 @@ class TritonExperts(Experts):
         # (per-token and group schemes; fp8_tensor's dynamic scale takes two kernels, and a
         # GEMM2 behind a quantization kernel that does not let it launch early measured
         # +0.5 us: no PDL there)
-        # W8A8 at decode keeps x and h 16-bit by default (FUSEDMOE_W8A8_DECODE=a16): the
-        # decode GEMMs run on the CUDA cores either way, so quantizing the activations buys no
-        # tensor-core rate there, only two launches (and their rounding); the 8-bit weights are
-        # what is read. quantizes_activations(T) says which math a call gets.
+        # W8A8 at decode with FUSEDMOE_W8A8_DECODE=a16 keeps x and h 16-bit (session 5): the
+        # CUDA-core decode GEMMs gain nothing from quantized activations, only two launches
+        # (and their rounding). quantizes_activations(T) says which math a call gets.
+        # Session 7: the a8 chain with the GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE=tc,
+        # kernels/decode_tc.py: 8-bit weight tiles as the MMA's M side, no widening) is the
+        # fastest W8A8 decode from T=2 on (H100: deepseek fp8_block T=4 85.2 -> 70.9 us, T=8
+        # 153.1 (grouped) -> 122.0, T=16 252.4 -> 231.5; qwen3 fp8_channel T=8 113.7 -> 103.8)
+        # but not at T=1 (qwen3 23.1 vs a16 18.4 us). The default, 'auto', takes a16 for one
+        # token's pairs and tc above, up to the tc bound (decode_pairs 'tc').
         mode = env.w8a8_decode() if self.quantized else "16bit"
-        self.decode_a16 = mode == "a16"
-        # FUSEDMOE_W8A8_DECODE=tc: the a8 chain with the GEMMs on the tensor cores
-        # (kernels/decode_tc.py: 8-bit weight tiles as the MMA's M side, no widening)
-        self.decode_tc = mode == "tc"
-        self.pdl_chain = (self.quantized and not self.decode_a16 and self.scheme.method != QuantMethod.FP8_TENSOR
-                          and decode_pdl_ok(platform))
-        self.pdl = decode_pdl_ok(platform) and (not self.quantized or self.decode_a16 or self.pdl_chain)
-        self.decode_pairs = decode_pairs(config, ("a16" if self.decode_a16 else "a8") if self.quantized
-                                         else "16bit")  # env read once (tc: the a8 bound)
+        self.w8a8_mode = mode
+        pdl_ok = decode_pdl_ok(platform)
+        chain = self.quantized and self.scheme.method != QuantMethod.FP8_TENSOR and pdl_ok
+        self._mode16 = DecodeMode(a16=True, tc=False, pdl=pdl_ok, chain=False)
+        self._mode8 = DecodeMode(a16=False, tc=mode in ("tc", "auto"), pdl=chain, chain=chain)
+        self.decode_pairs = decode_pairs(config, mode)  # env read once
         # (both decode GEMMs in one launch, kernels/decode.py fused_launch, measured slower
         # than the two with PDL on the H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8
         # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
@@ -212,17 +230,25 @@ class TritonExperts(Experts):
             return self._apply_decode(prep, ws, expert_map)
         return self._apply_grouped(prep, ws, expert_map)
 
+    def decode_mode(self, T: int) -> "DecodeMode":
+        """How a decode-size call of T tokens runs (FUSEDMOE_W8A8_DECODE; 16-bit schemes: a16)."""
+        m = self.w8a8_mode
+        if m in ("16bit", "a16") or (m == "auto" and T * self.config.top_k <= self.config.top_k):
+            return self._mode16
+        return self._mode8
+
     def quantizes_activations(self, T: int) -> bool:
         """Whether a forward of T tokens quantizes x and h as the W8A8 scheme does (False for
-        16-bit schemes, and for decode-size calls with FUSEDMOE_W8A8_DECODE=a16: those match
+        16-bit schemes, and for decode-size calls in a16 math: FUSEDMOE_W8A8_DECODE=a16, or
+        one token with the default 'auto'; those match
         ``reference_moe(..., quantize_activations=False)``)."""
         if not self.quantized:
             return False
-        return not (self.decode_a16 and T * self.config.top_k <= self.decode_pairs)
+        return not (T * self.config.top_k <= self.decode_pairs and self.decode_mode(T).a16)
 
-    def _dquant(self, a, static_scale, pdl=False):
-        """A decode GEMM input: 16-bit as given with FUSEDMOE_W8A8_DECODE=a16, else ``_quant``."""
-        if self.decode_a16:
+    def _dquant(self, a, static_scale, mode, pdl=False):
+        """A decode GEMM input: 16-bit as given in a16 math, else ``_quant``."""
+        if mode.a16:
             return a, None
         return self._quant(a, static_scale, pdl)
 
@@ -237,8 +263,8 @@ class TritonExperts(Experts):
         return (expert_map is not None and self.scheme.method == QuantMethod.FP8_TENSOR
                 and self.weights.a2_scale is None)
 
-    def _must_zero_decode_h(self, expert_map) -> bool:
-        return not self.decode_a16 and self._must_zero_h(expert_map)
+    def _must_zero_decode_h(self, expert_map, mode) -> bool:
+        return not mode.a16 and self._must_zero_h(expert_map)
 
     def _apply_decode(self, prep, ws, expert_map):
         return self._decode(prep.a1q, prep.topk_weights, prep.topk_ids, ws["h"], ws["out"], expert_map)
@@ -258,8 +284,9 @@ class TritonExperts(Experts):
         this call's tensors into their slots: a decode forward's host time is mostly this
         Python (docs/BENCHMARKS.md, eager). ``h`` None: the plan's (allocated at its first
         call)."""
-        chain = self.pdl_chain
-        x, x_scale = self._dquant(x, self.weights.a13_scale, chain)
+        mode = self.decode_mode(ids.shape[0])
+        chain = mode.chain
+        x, x_scale = self._dquant(x, self.weights.a13_scale, mode, chain)
         key = (ids.shape, x.stride(), None if expert_map is None else expert_map.shape)
         plan = self._plans.get(key)
         if h is None:
@@ -267,20 +294,20 @@ class TritonExperts(Experts):
             if h is None or h.device != x.device:
                 h = torch.empty(ids.numel(), self.config.intermediate_size, dtype=self.config.torch_dtype,
                                 device=x.device)
-        if self._must_zero_decode_h(expert_map):
+        if self._must_zero_decode_h(expert_map, mode):
             h.zero_()
         # the kernels take the ids as a flat pointer: the [T, k] tensor itself (contiguous,
         # PreparedExperts.run) fills the slot bound with its view(-1), without a new view
         flat = ids if ids.is_contiguous() else ids.contiguous()
         emap = flat if expert_map is None else expert_map
         if plan is None or out.stride() != plan[3]:
-            return self._bind_decode(key, x, x_scale, ids, tw, h, out, expert_map)
+            return self._bind_decode(key, x, x_scale, ids, tw, h, out, expert_map, mode)
         b1, b2 = plan[0], plan[1]
         if x_scale is None:
             b1.fast(x, h, flat, emap)
         else:
             b1.fast(x, h, flat, emap, x_scale)
-        hq, h_scale = self._dquant(h, self.weights.a2_scale, chain)
+        hq, h_scale = self._dquant(h, self.weights.a2_scale, mode, chain)
         if h_scale is None:
             b2.fast(hq, out, tw, flat, emap)
         else:
@@ -307,26 +334,26 @@ class TritonExperts(Experts):
             return tc.tc_gemm2_launch(*a[:5], *s2, config=c2, **kw)
         return g1, g2
 
-    def _bind_decode(self, key, x, x_scale, ids, tw, h, out, expert_map):
+    def _bind_decode(self, key, x, x_scale, ids, tw, h, out, expert_map, mode):
         from ..kernels import decode as dk
         from ..kernels.decode import GEMM1_SLOTS as S1, GEMM2_SLOTS as S2
         from ..kernels.launcher import bind
         c, w = self.config, self.weights
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
-        if self.decode_tc and x.element_size() == 1:     # (the tc slots are decode.py's: same positions)
+        if mode.tc and x.element_size() == 1:     # (the tc slots are decode.py's: same positions)
             gemm1_launch, gemm2_launch = self._tc_launches(x, h, ids, out, expert_map)
         else:
             gemm1_launch, gemm2_launch = dk.gemm1_launch, dk.gemm2_launch
         names = ("out", "ids", "map")
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
                             swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                            a_scale=x_scale, b_scale=w.w13_scale, pdl=self.pdl, pdl_wait=self.pdl_chain, **q)
+                            a_scale=x_scale, b_scale=w.w13_scale, pdl=mode.pdl, pdl_wait=mode.chain, **q)
         slots = [S1[n] for n in ("x",) + names + (("a_scale",) if x_scale is not None else ())]
         b1 = bind(*spec, slots=slots)
-        hq, h_scale = self._dquant(h, w.a2_scale, self.pdl_chain)
+        hq, h_scale = self._dquant(h, w.a2_scale, mode, mode.chain)
         spec = gemm2_launch(hq, w.w2, ids, tw, out, expert_map=expert_map,
                             mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
-                            a_scale=h_scale, b_scale=w.w2_scale, pdl=self.pdl, **q)
+                            a_scale=h_scale, b_scale=w.w2_scale, pdl=mode.pdl, **q)
         slots = [S2[n] for n in ("h", "out", "topk_weights", "ids", "map")
                  + (("a_scale",) if h_scale is not None else ())]
         b2 = bind(*spec, slots=slots)
@@ -389,20 +416,21 @@ def _variants(config, quant, platform):
         return {"all": f"(launch configs unavailable here: {e})"}
     out = {"source": lc.describe()}
     quantized = quant.method != QuantMethod.NONE
-    a16 = quantized and env.w8a8_decode() == "a16"
-    tc = quantized and env.w8a8_decode() == "tc"
-    dp = decode_pairs(config, ("a16" if a16 else "a8") if quantized else "16bit")
+    mode = env.w8a8_decode() if quantized else "16bit"
+    dp = decode_pairs(config, mode)
     for T in BUCKETS:
         if T * config.top_k <= dp:
+            a16 = quantized and (mode == "a16" or (mode == "auto" and T == 1))
+            tc = quantized and not a16 and mode in ("tc", "auto")
             chained = quantized and not a16
             pdl = decode_pdl_ok(platform) and not (chained and quant.method == QuantMethod.FP8_TENSOR)
             chain = ("; quantize x, GEMM1, requantize h, GEMM2 as one programmatic dependent launch chain"
                      if chained else "; GEMM2 a programmatic dependent launch of GEMM1")
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
                              "GEMM2 per (token, N tile) with the k-sum fused, no reduce"
-                             + ("; 8-bit weights, 16-bit activations (FUSEDMOE_W8A8_DECODE=a16: "
-                                "no activation quantization at decode)" if a16 else "")
-                             + ("; 8-bit x 8-bit GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE=tc, "
+                             + (f"; 8-bit weights, 16-bit activations (FUSEDMOE_W8A8_DECODE={mode}: "
+                                "no activation quantization at this T)" if a16 else "")
+                             + (f"; 8-bit x 8-bit GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE={mode}, "
                                 "kernels/decode_tc.py)" if tc else "")
                              + (chain if pdl else ""))
             continue
