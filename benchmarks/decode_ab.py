@@ -225,7 +225,8 @@ def pdl_ab(name, tp, scheme, bw, tokens, rounds=3):
     return variants_ab(name, tp, scheme, bw, tokens, VARIANTS, rounds)
 
 
-W8A8_MODES = {"tc": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096"),
+W8A8_MODES = {"auto": dict(FUSEDMOE_W8A8_DECODE="auto"),        # the default: its own pair bound
+              "tc": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096"),
               "a8": dict(FUSEDMOE_W8A8_DECODE="a8", FUSEDMOE_DECODE_PAIRS="4096"),
               "a16": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096"),
               "grouped": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="0")}
