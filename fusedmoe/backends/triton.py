@@ -1,8 +1,8 @@
 """``triton``: fusedmoe's Triton grouped-GEMM experts, standard format.
 
 Two paths, chosen per call by the pair count T*k (the selection report lists them per T):
-  decode  (T*k <= max(k, E // 4); W8A8 max(k, min(E // 4, 32)), or max(k, E // 16) with
-          FUSEDMOE_W8A8_DECODE=a8; FUSEDMOE_DECODE_PAIRS overrides):
+  decode  (T*k <= max(k, E // 4); W8A8 by FUSEDMOE_W8A8_DECODE, see decode_pairs: auto
+          (default) / tc max(k, min(E // 2, 128)) for E >= 64; FUSEDMOE_DECODE_PAIRS overrides):
           kernels/decode.py, two launches (16-bit on sm90+: GEMM2 a programmatic dependent
           launch of GEMM1, FUSEDMOE_DECODE_PDL; both bound per shape, launcher.Bound, and
           served through ModularKernel's ``direct`` hook: little host time per eager call):
@@ -21,7 +21,11 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
           T=1 graphs qwen3 fp8_channel 20.4 -> 18.1 us, int8 19.9 -> 19.4, fp8_tensor 31.1 ->
           18.2, deepseek fp8_block 26.7 -> 25.0; eager 105-190 -> 31-35 us. Against the
           grouped path: qwen3 T=4 61 vs 72 us, T=8 equal; deepseek T=4 86 vs 88, T=8 165 vs
-          154: hence min(E // 4, 32) pairs.
+          154: hence min(E // 4, 32) pairs. Session 7: the tensor-core decode GEMMs
+          (kernels/decode_tc.py, x and h quantized, PDL chain) win from T=2 on: deepseek
+          fp8_block T=8 122 us vs 153 (grouped) / 165 (a16), T=16 232 vs 252; qwen3
+          fp8_channel T=8 104 vs 114 / 113, T=16 loses to the grouped path (192 vs 153): hence
+          'auto' = a16 for one token, tc up to min(E // 2, 128) pairs.
   grouped (otherwise), below.
 
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
