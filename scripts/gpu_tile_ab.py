@@ -14,23 +14,23 @@ import subprocess
 import sys
 import tempfile
 
-CASES = [   # session 7, second call (the first: Mixtral GEMM2 split-K, docs/BENCHMARKS.md): the
-    # prefill points just under their issue-4 targets, persistent variants the H100 16-bit
-    # files were never searched with at T >= 1024 (docs/NOTES.md)
-    ("qwen3-30b-a3b", 1, 1024, "E=128,N=768,", [("g1 pers1", "gemm1", dict(PERSISTENT=1)),
-                                               ("g1 pers1 flat", "gemm1", dict(PERSISTENT=1, FLATTEN=True)),
-                                               ("g2 pers1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True)),
-                                               ("g2 g8", "gemm2", dict(GROUP_SIZE_M=8))]),
-    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g1 pers1 flat", "gemm1", dict(PERSISTENT=1, FLATTEN=True)),
-                                                ("g2 pers1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True)),
-                                                ("g1 s4", "gemm1", dict(num_stages=4))]),
-    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 pers1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True)),
-                                               ("g2 pers2 flat", "gemm2", dict(PERSISTENT=2, FLATTEN=True)),
-                                               ("g1 pers1 flat", "gemm1", dict(PERSISTENT=1, FLATTEN=True))]),
+CASES = [   # session 7, third call: fp8_block with two scale groups a K step (K_GROUPS 2,
+    # kernels/grouped_gemm.py); a 6th item names the scheme (default bf16). K_GROUPS 2 holds
+    # two K tiles a pipeline stage: the same stages take twice the shared memory
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 kg2", "gemm1", dict(K_GROUPS=2)),
+                                               ("g2 kg2", "gemm2", dict(K_GROUPS=2)),
+                                               ("both kg2", [("gemm1", dict(K_GROUPS=2)), ("gemm2", dict(K_GROUPS=2))]),
+                                               ("both kg2 g1 128x128 w8 s2",
+                                                [("gemm1", dict(K_GROUPS=2, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128,
+                                                                num_warps=8, num_stages=2)),
+                                                 ("gemm2", dict(K_GROUPS=2))])], "fp8_block"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g1 kg2", "gemm1", dict(K_GROUPS=2)),
+                                              ("both kg2", [("gemm1", dict(K_GROUPS=2)), ("gemm2", dict(K_GROUPS=2))])],
+     "fp8_block"),
 ]
 
 
-def bench(model, tp, T, cfg_dir=None):
+def bench(model, tp, T, cfg_dir=None, quant="none"):
     env = dict(os.environ)
     env.pop("FUSEDMOE_CONFIG_DIR", None)
     if cfg_dir:
@@ -38,17 +38,20 @@ def bench(model, tp, T, cfg_dir=None):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         try:
             subprocess.run([sys.executable, "-m", "fusedmoe", "bench", "--tokens", str(T), "--model", model, "--tp",
-                            str(tp), "--peers", "none", "--backend", "triton", "--json", f.name],
+                            str(tp), "--peers", "none", "--backend", "triton", "--quant", quant, "--json", f.name],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=150)
-            r = [x for x in json.load(open(f.name))["results"] if x["impl"] == "triton"][0]
+            r = [x for x in json.load(open(f.name))["results"] if x["impl"] == "triton"
+                 and x.get("scheme", quant) == quant][0]
         except Exception:                      # the variant failed (compile, shared memory): say so
             return float("nan"), float("nan")
     return r["us_graph"] or float("nan"), r["pct_roofline"] or float("nan")
 
 
-for model, tp, T, prefix, variants in CASES:
-    src = glob.glob(f"fusedmoe/kernels/configs/{prefix}device_name=NVIDIA_H100_80GB_HBM3,dtype=bfloat16.json")[0]
-    us, pct = bench(model, tp, T)
+for model, tp, T, prefix, variants, *rest in CASES:
+    quant = rest[0] if rest else "none"
+    dt = "bfloat16" if quant == "none" else quant
+    src = glob.glob(f"fusedmoe/kernels/configs/{prefix}device_name=NVIDIA_H100_80GB_HBM3,dtype={dt}*.json")[0]
+    us, pct = bench(model, tp, T, quant=quant)
     print(f"{model} tp{tp} T={T} shipped: {us:9.1f} us {pct:5.1f}%", flush=True)
     for label, gemm, over in [v if len(v) == 3 else (v[0], v[1], None) for v in variants]:
         d = json.load(open(src))
@@ -57,5 +60,5 @@ for model, tp, T, prefix, variants in CASES:
         over = over if over is not None else gemm
         with tempfile.TemporaryDirectory() as td:
             json.dump(d, open(os.path.join(td, os.path.basename(src)), "w"))
-            us, pct = bench(model, tp, T, td)
+            us, pct = bench(model, tp, T, td, quant)
         print(f"{model} tp{tp} T={T} {label:16s}: {us:9.1f} us {pct:5.1f}%  {over}", flush=True)
