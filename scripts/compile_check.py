@@ -107,22 +107,6 @@ def grouped_cases() -> list:
                 if not label:
                     out.append((f"grouped gemm1 {tag}", captured[0]))
                 out.append((f"grouped gemm2 {tag}{label}", captured[1]))
-        # deepseek-v3 tp8 fp8_block at its T=16384 tiles, one and two scale groups a K step
-        E, H, I = 256, 7168, 256
-        blk = dict(quant="block", block_shape=(128, 128))
-        for kg in (1, 2):
-            captured.clear()
-            g1 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=1, num_warps=8,
-                      num_stages=3, USE_TMA=False, K_GROUPS=kg)
-            gg.gemm1_act(torch.empty(T, H, dtype=fp8), torch.empty(E, 2 * I, H, dtype=fp8), align, k, "silu",
-                         torch.empty(n, I, dtype=bf), config=g1, a_scale=torch.empty(T, H // 128),
-                         b_scale=torch.empty(E, 2 * I // 128, H // 128), **blk)
-            gg.gemm2(torch.empty(n, I, dtype=fp8), torch.empty(E, H, I, dtype=fp8), align, torch.empty(T, k),
-                     torch.empty(T, H, dtype=bf), config=dict(g1, BLOCK_SIZE_N=256, num_stages=2),
-                     a_scale=torch.empty(n, I // 128), b_scale=torch.empty(E, H // 128, I // 128),
-                     workspace=torch.empty(1, n, H, dtype=bf), **blk)
-            out.append((f"grouped gemm1 fp8_block kg{kg}", captured[0]))
-            out.append((f"grouped gemm2 fp8_block kg{kg}", captured[1]))
     finally:
         gg.launch = real
     return out

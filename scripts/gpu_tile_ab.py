@@ -14,9 +14,9 @@ import subprocess
 import sys
 import tempfile
 
-CASES = [   # session 7, third call: fp8_block with two scale groups a K step (K_GROUPS 2,
-    # kernels/grouped_gemm.py); a 6th item names the scheme (default bf16). K_GROUPS 2 holds
-    # two K tiles a pipeline stage: the same stages take twice the shared memory
+CASES = [   # session 7, third call: fp8_block with two scale groups a K step (K_GROUPS 2, a
+    # grouped_gemm variant of commit da695d5, reverted: 2-6x SLOWER, see
+    # docs/BENCHMARKS.md); a 6th item names the scheme (default bf16)
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 kg2", "gemm1", dict(K_GROUPS=2)),
                                                ("g2 kg2", "gemm2", dict(K_GROUPS=2)),
                                                ("both kg2", [("gemm1", dict(K_GROUPS=2)), ("gemm2", dict(K_GROUPS=2))]),

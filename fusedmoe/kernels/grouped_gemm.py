@@ -30,9 +30,7 @@ divide bk); the others once after it. int8 x int8 accumulates in int32; a 16-bit
 an 8-bit B (weight-only) casts B to A's dtype in the loop.
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, K_GROUPS]). K_GROUPS 2 (block scales):
-two K tiles a loop step, each with its own scales, both tiles' dots issued before either
-is scaled (``_gemm_tile``). BLOCK_SIZE_M must divide the
+num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN]). BLOCK_SIZE_M must divide the
 AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
 through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
 weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
@@ -140,46 +138,6 @@ def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _k_tile(a_ptrs, b_ptrs, b_desc, b_row, up, k_at, K, offs_k, N_OUT,
-            EVEN_K: tl.constexpr, USE_TMA: tl.constexpr, GATED: tl.constexpr):
-    """(a [BM, BK], b [BK, BN], b_u: the up tile, or b when not gated) of the K tile at
-    k_at: the loads of ``_gemm_tile``'s K loop, for its two-groups-per-step variant."""
-    if USE_TMA:
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-        else:
-            a = tl.load(a_ptrs, mask=((k_at + offs_k) < K)[None, :], other=0.0)
-        b = tl.trans(b_desc.load([b_row, k_at]))
-        b_u = tl.trans(b_desc.load([b_row + N_OUT, k_at])) if GATED else b
-    elif EVEN_K:
-        a = tl.load(a_ptrs)
-        b = tl.load(b_ptrs)
-        b_u = tl.load(b_ptrs + up) if GATED else b
-    else:
-        k_ok = (k_at + offs_k) < K
-        a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
-        b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0.0) if GATED else b
-    return a, b, b_u
-
-
-@triton.jit
-def _group_scales(as_ptrs, bs_ptrs, bs_up_ptrs, kg, stride_ask, stride_bsk,
-                  A_SCALE: tl.constexpr, B_SCALE: tl.constexpr):
-    """(gate, up) factors [BM, BN] of scale group kg: activation row scale x weight block scale."""
-    if A_SCALE == 3:
-        sa = tl.load(as_ptrs + kg * stride_ask)[:, None]
-    else:
-        sa = 1.0
-    f = sa
-    fu = sa
-    if B_SCALE == 3:
-        f = sa * tl.load(bs_ptrs + kg * stride_bsk)[None, :]
-        fu = sa * tl.load(bs_up_ptrs + kg * stride_bsk)[None, :]
-    return f, fu
-
-
-@triton.jit
 def _gemm_tile(
     pid_m, pid_n, pid_k, e,
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
@@ -195,13 +153,8 @@ def _gemm_tile(
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    K_GROUPS: tl.constexpr = 1,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
-
-    K_GROUPS 2 (block scales, an even number of K tiles): two K tiles a step, both tiles'
-    dots issued before either is scaled, so one scale group's MMAs run while the other's
-    result is scaled (with one tile a step each step waits for its own dots).
 
     A helper, not part of the kernel body, so that the one-tile-per-program launch and the
     persistent tile loop run the same code (it is inlined: no call remains). No early
@@ -241,78 +194,52 @@ def _gemm_tile(
     # TMA: B tiles [BN, BK] of w viewed as [E*N, K]; rows past this expert's N belong to the
     # next expert (or are zero-filled at the end) and only feed masked output columns
     b_row = (e * (N_OUT * (2 if GATED else 1)) + pid_n * BLOCK_N).to(tl.int32)
-    if K_GROUPS == 2:
-        if A_SCALE != 3:
-            as_ptrs = a_scale_ptr
-        if B_SCALE != 3:
-            bs_ptrs = a_scale_ptr
-            bs_up_ptrs = a_scale_ptr
-        for it in range(0, num_k, 2):
+    for it in range(0, num_k):
+        if USE_TMA:
             k_at = k_lo + it * BLOCK_K
-            a, b, b_u = _k_tile(a_ptrs, b_ptrs, b_desc, b_row, up, k_at, K, offs_k, N_OUT, EVEN_K, USE_TMA, GATED)
-            a2, b2, b2_u = _k_tile(a_ptrs + BLOCK_K * stride_ak, b_ptrs + BLOCK_K * stride_bk, b_desc, b_row, up,
-                                   k_at + BLOCK_K, K, offs_k, N_OUT, EVEN_K, USE_TMA, GATED)
-            d = tl.dot(a, b)
-            d2 = tl.dot(a2, b2)
-            if GATED:
-                du = tl.dot(a, b_u)
-                d2u = tl.dot(a2, b2_u)
-            f, fu = _group_scales(as_ptrs, bs_ptrs, bs_up_ptrs, k_at // GROUP_K, stride_ask, stride_bsk,
-                                  A_SCALE, B_SCALE)
-            f2, f2u = _group_scales(as_ptrs, bs_ptrs, bs_up_ptrs, (k_at + BLOCK_K) // GROUP_K, stride_ask,
-                                    stride_bsk, A_SCALE, B_SCALE)
-            acc += d * f + d2 * f2
-            if GATED:
-                acc_u += du * fu + d2u * f2u
-            a_ptrs += 2 * BLOCK_K * stride_ak
-            b_ptrs += 2 * BLOCK_K * stride_bk
-    else:
-        for it in range(0, num_k):
-            if USE_TMA:
-                k_at = k_lo + it * BLOCK_K
-                if EVEN_K:
-                    a = tl.load(a_ptrs)
-                else:
-                    a = tl.load(a_ptrs, mask=((k_at + offs_k) < K)[None, :], other=0.0)
-                b = tl.trans(b_desc.load([b_row, k_at]))                              # [BK, BN]
-                if GATED:
-                    b_u = tl.trans(b_desc.load([b_row + N_OUT, k_at]))
-            elif EVEN_K:
+            if EVEN_K:
                 a = tl.load(a_ptrs)
-                b = tl.load(b_ptrs)
-                if GATED:
-                    b_u = tl.load(b_ptrs + up)
             else:
-                k_ok = (k_lo + it * BLOCK_K + offs_k) < K
-                a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
-                b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
-                if GATED:
-                    b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0.0)
-            if CAST_B:                                    # weight-only: 8-bit B, 16-bit A
-                b = b.to(a.dtype)
-                if GATED:
-                    b_u = b_u.to(a.dtype)
-            if A_SCALE == 3 or B_SCALE == 3:
-                kg = (k_lo + it * BLOCK_K) // GROUP_K
-                if A_SCALE == 3:
-                    sa = tl.load(as_ptrs + kg * stride_ask)[:, None]
-                else:
-                    sa = 1.0
+                a = tl.load(a_ptrs, mask=((k_at + offs_k) < K)[None, :], other=0.0)
+            b = tl.trans(b_desc.load([b_row, k_at]))                              # [BK, BN]
+            if GATED:
+                b_u = tl.trans(b_desc.load([b_row + N_OUT, k_at]))
+        elif EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+            if GATED:
+                b_u = tl.load(b_ptrs + up)
+        else:
+            k_ok = (k_lo + it * BLOCK_K + offs_k) < K
+            a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+            if GATED:
+                b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0.0)
+        if CAST_B:                                    # weight-only: 8-bit B, 16-bit A
+            b = b.to(a.dtype)
+            if GATED:
+                b_u = b_u.to(a.dtype)
+        if A_SCALE == 3 or B_SCALE == 3:
+            kg = (k_lo + it * BLOCK_K) // GROUP_K
+            if A_SCALE == 3:
+                sa = tl.load(as_ptrs + kg * stride_ask)[:, None]
+            else:
+                sa = 1.0
+            if B_SCALE == 3:
+                sb = tl.load(bs_ptrs + kg * stride_bsk)[None, :]
+            else:
+                sb = 1.0
+            acc += _dot(a, b, None, FP32_IEEE, False).to(tl.float32) * (sa * sb)
+            if GATED:
                 if B_SCALE == 3:
-                    sb = tl.load(bs_ptrs + kg * stride_bsk)[None, :]
-                else:
-                    sb = 1.0
-                acc += _dot(a, b, None, FP32_IEEE, False).to(tl.float32) * (sa * sb)
-                if GATED:
-                    if B_SCALE == 3:
-                        sb = tl.load(bs_up_ptrs + kg * stride_bsk)[None, :]
-                    acc_u += _dot(a, b_u, None, FP32_IEEE, False).to(tl.float32) * (sa * sb)
-            else:
-                acc = _dot(a, b, acc, FP32_IEEE, INT_ACC)
-                if GATED:
-                    acc_u = _dot(a, b_u, acc_u, FP32_IEEE, INT_ACC)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
+                    sb = tl.load(bs_up_ptrs + kg * stride_bsk)[None, :]
+                acc_u += _dot(a, b_u, None, FP32_IEEE, False).to(tl.float32) * (sa * sb)
+        else:
+            acc = _dot(a, b, acc, FP32_IEEE, INT_ACC)
+            if GATED:
+                acc_u = _dot(a, b_u, acc_u, FP32_IEEE, INT_ACC)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
 
     # ---- epilogue: scales, bias, activation, routing weight, store ----
     acc = acc.to(tl.float32)
@@ -371,7 +298,7 @@ def _moe_gemm_kernel(
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, K_GROUPS: tl.constexpr = 1,
+    SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -399,7 +326,7 @@ def _moe_gemm_kernel(
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA,
-                BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, K_GROUPS)
+                BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -417,7 +344,7 @@ def _moe_gemm_kernel(
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA,
-            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, K_GROUPS)
+            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -509,12 +436,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     k_tiles = cdiv(cdiv(K, BK), split)                                      # K tiles per split
     a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b)
     tiles = num_m_blocks * cdiv(n_out, BN)                 # per split; the device skips those past ntpp
-    # K_GROUPS 2: two scale groups a K step (block scales, 8-bit operands, an even number of
-    # K tiles, no split); any other case runs one (the config is a hint, not a contract)
-    k_groups = config.get("K_GROUPS", 1)
-    if k_groups != 1 and not (k_groups == 2 and quant == "block" and a.dtype == b.dtype and split == 1
-                              and a.element_size() == 1 and K % (2 * BK) == 0):
-        k_groups = 1
     persistent = config.get("PERSISTENT", 0)
     assert persistent >= 0, "PERSISTENT is a number of programs per SM (0: one program per tile)"
     if persistent:   # PERSISTENT programs per SM in all, spread over the splits
@@ -548,7 +469,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)),
-        K_GROUPS=k_groups,
     ), num_warps=warps, num_stages=stages)
 
 
