@@ -86,6 +86,30 @@ def _decode(dev):
     return kern, ref, lambda a, b: bool(((a.float() - b.float()).norm() / b.float().norm()) < 2e-2)
 
 
+def _decode_tc(dev):
+    # qwen3-30b-a3b fp8_channel at T=4: the W8A8 decode the triton backend runs by default
+    # there (FUSEDMOE_W8A8_DECODE=auto), x and h quantized per token by the scheme's kernels
+    from fusedmoe.bench.harness import make_weights
+    from fusedmoe.kernels.decode_tc import tc_decode
+    from fusedmoe.modular.prepare_finalize import quantize_activation
+    from fusedmoe.presets import get_preset
+    from fusedmoe.reference.moe import reference_moe
+    cfg = get_preset("qwen3-30b-a3b").to_config()
+    w = make_weights(cfg, "fp8_channel", dev, seed=6)
+    g = torch.Generator().manual_seed(6)
+    T = 4
+    x = torch.randn(T, cfg.hidden_size, generator=g).to(dev, torch.bfloat16)
+    tw, ti = torch.softmax(torch.randn(T, cfg.num_experts, generator=g), -1).topk(cfg.top_k)
+    tw, ti = (tw / tw.sum(-1, keepdim=True)).to(dev), ti.int().to(dev)
+
+    def kern():
+        xq, xs = quantize_activation(x, w.scheme)
+        return tc_decode(xq, w.w13, w.w2, tw, ti, x_scale=xs, w13_scale=w.w13_scale, w2_scale=w.w2_scale,
+                         quantize_h=lambda h: quantize_activation(h, w.scheme))[1]
+    ref = lambda: reference_moe(x, w, tw, ti, cfg, quantize_activations=True)   # noqa: E731
+    return kern, ref, lambda a, b: bool(((a.float() - b.float()).norm() / b.float().norm()) < 3e-2)
+
+
 def _quantize(dev):
     from fusedmoe.kernels import quantize as kq
     from fusedmoe.reference import quant as rq
@@ -120,6 +144,7 @@ KERNELS = {
     "align": Entry("align", "fusedmoe/reference/kernels.py", "tests/test_kernels_gemm.py", _align),
     "grouped_gemm": Entry("grouped_gemm", "fusedmoe/reference/kernels.py", "tests/test_kernels_gemm.py", _gemm),
     "decode": Entry("decode", "fusedmoe/reference/kernels.py", "tests/test_kernels_decode.py", _decode),
+    "decode_tc": Entry("decode_tc", "fusedmoe/reference/moe.py", "tests/test_kernels_decode_tc.py", _decode_tc),
     "quantize": Entry("quantize", "fusedmoe/reference/quant.py", "tests/test_kernels_quantize.py", _quantize),
     "batched_gemm": Entry("batched_gemm", "tests/test_kernels_batched.py (batched_gemm*_ref)",
                           "tests/test_kernels_batched.py", _batched),
