@@ -96,6 +96,26 @@ def _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
     return f
 
 
+@triton.jit
+def _publish(v, slot, part, stride, ticket):
+    """Store this program's fp32 partial ``v`` at ``slot + part * stride`` and take the tile's
+    ticket (acq_rel, after a CTA barrier): the count of partials published before it."""
+    tl.store(slot + part * stride, v)
+    tl.debug_barrier()                                 # every thread's partial before the release
+    return tl.atomic_add(ticket, 1, sem="acq_rel", scope="gpu")
+
+
+@triton.jit
+def _gather(slot, stride, ticket, PARTS: tl.constexpr, N: tl.constexpr):
+    """The last program of a tile: the sum of its PARTS partials in part order (a fixed
+    order: bitwise reproducible), and the ticket back to 0 for the next launch."""
+    v = tl.zeros((N,), dtype=tl.float32)
+    for p in tl.static_range(PARTS):
+        v += tl.load(slot + p * stride, cache_modifier=".cg")
+    tl.store(ticket, 0)
+    return v
+
+
 @triton.jit(do_not_specialize=["num_global"])
 def _tc_gemm1_kernel(
     x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ids_ptr, map_ptr, part_ptr, sync_ptr,
@@ -153,15 +173,9 @@ def _tc_gemm1_kernel(
         if SPLIT_K > 1:
             tiles = tl.num_programs(0)
             slot = part_ptr + (s * SPLIT_K) * (tiles * ROWS) + pid_n * ROWS + r
-            tl.store(slot + pid_k * (tiles * ROWS), v)
-            tl.debug_barrier()                         # every thread's partial before the release
             ticket = sync_ptr + s * tiles + pid_n
-            done = tl.atomic_add(ticket, 1, sem="acq_rel", scope="gpu")
-            if done == SPLIT_K - 1:                    # the last split: sum all in split order
-                v = tl.zeros((ROWS,), dtype=tl.float32)
-                for p in tl.static_range(SPLIT_K):
-                    v += tl.load(slot + p * (tiles * ROWS), cache_modifier=".cg")
-                tl.store(ticket, 0)
+            if _publish(v, slot, pid_k, tiles * ROWS, ticket) == SPLIT_K - 1:     # the last split
+                v = _gather(slot, tiles * ROWS, ticket, SPLIT_K, ROWS)
                 _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
                               stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS,
                               BLOCK_N)
@@ -253,15 +267,9 @@ def _tc_gemm2_kernel(
         tiles = tl.num_programs(0)
         n_pad = tiles * BLOCK_N
         slot = part_ptr + t * (GROUPS * n_pad) + offs_n
-        tl.store(slot + grp * n_pad, v)
-        tl.debug_barrier()                             # every thread's partial before the release
         ticket = sync_ptr + t * tiles + pid_n
-        done = tl.atomic_add(ticket, 1, sem="acq_rel", scope="gpu")
-        if done == GROUPS - 1:                         # the last group: sum all in group order
-            v = tl.zeros((BLOCK_N,), dtype=tl.float32)
-            for p in tl.static_range(GROUPS):
-                v += tl.load(slot + p * n_pad, cache_modifier=".cg")
-            tl.store(ticket, 0)
+        if _publish(v, slot, grp, n_pad, ticket) == GROUPS - 1:                   # the last group
+            v = _gather(slot, n_pad, ticket, GROUPS, BLOCK_N)
             tl.store(out_ptr + t * stride_om + offs_n * stride_on, v.to(out_ptr.dtype.element_ty), mask=n_ok)
     else:
         tl.store(out_ptr + t * stride_om + offs_n * stride_on, v.to(out_ptr.dtype.element_ty), mask=n_ok)
