@@ -112,6 +112,70 @@ def grouped_cases() -> list:
     return out
 
 
+def block_cases() -> list:
+    """Prefill GEMMs with 128x128 fp8 block scales at deepseek-v3 tp8's shape: the shipped
+    tiles (per-group dot) and larger ones with RESCALE (scales applied to the accumulator)."""
+    from fusedmoe.kernels import grouped_gemm as gg
+    from fusedmoe.kernels.align import AlignResult
+    captured = []
+    real = gg.launch
+    gg.launch = lambda kernel, grid, args, constexprs, num_warps=4, num_stages=3: captured.append(
+        (kernel, grid, args, constexprs, num_warps, num_stages))
+    fp8, bf = torch.float8_e4m3fn, torch.bfloat16
+    E, H, I, k, T = 256, 7168, 256, 8, 4096
+    n = T * k
+    align = AlignResult(torch.zeros(n + E * 128, dtype=torch.int32),
+                        torch.zeros((n + E * 128) // 128, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                        topk_ids=torch.zeros(T, k, dtype=torch.int32), num_experts=E, block_m=128, num_pairs=n)
+    q = dict(quant="block", block_shape=(128, 128))
+    out = []
+    try:
+        for label, c in (("64x64 w4", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=3)),
+                         ("128x128 w8 rescale", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8,
+                                                     num_stages=3, RESCALE=True)),
+                         ("64x128 w4 rescale", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4,
+                                                    num_stages=3, RESCALE=True))):
+            c = dict(c, BLOCK_SIZE_K=128, GROUP_SIZE_M=8)
+            captured.clear()
+            gg.gemm1_act(torch.empty(T, H, dtype=fp8), torch.empty(E, 2 * I, H, dtype=fp8), align, k, "silu",
+                         torch.empty(n, I, dtype=bf), config=c, a_scale=torch.empty(T, H // 128),
+                         b_scale=torch.empty(E, 2 * I // 128, H // 128), **q)
+            out.append((f"block gemm1 {label}", captured[0]))
+        for label, c in (("64x128 w4", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=4)),
+                         ("128x256 w8 rescale", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, num_warps=8,
+                                                     num_stages=3, RESCALE=True)),
+                         ("128x128 w8 rescale", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8,
+                                                     num_stages=3, RESCALE=True))):
+            c = dict(c, BLOCK_SIZE_K=128, GROUP_SIZE_M=8)
+            captured.clear()
+            gg.gemm2(torch.empty(n, I, dtype=fp8), torch.empty(E, H, I, dtype=fp8), align, torch.empty(T, k),
+                     torch.empty(T, H, dtype=bf), config=c, a_scale=torch.empty(n, I // 128),
+                     b_scale=torch.empty(E, H // 128, I // 128), workspace=torch.empty(1, n, H, dtype=bf), **q)
+            out.append((f"block gemm2 {label}", captured[0]))
+    finally:
+        gg.launch = real
+    return out
+
+
+def reg_usage(cubin: bytes) -> str:
+    """'REG r, LOCAL l' (registers per thread, local memory = spills) from the bundled
+    cuobjdump's resource usage of the compiled cubin (no GPU needed)."""
+    import re
+    import subprocess
+    import tempfile
+    exe = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        r = subprocess.run([exe, "--dump-resource-usage", f.name], capture_output=True, text=True)
+    except OSError:
+        return "regs ?"
+    finally:
+        os.unlink(f.name)
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", r.stdout)
+    return f"regs {m.group(1)} stack {m.group(2)} local {m.group(3)}" if m else "regs ?"
+
+
 def tc_cases() -> list:
     """Tensor-core decode GEMMs (kernels/decode_tc.py) at T=1 as the backend binds them:
     qwen3 fp8 / int8 per channel, deepseek-v3 tp8 fp8 1x128 blocks, with PDL."""
@@ -239,6 +303,7 @@ def main() -> int:
         group_case("quant group R=4 K=7168 pdl", 7168, 4, 16, pdl=True),
     ]
     cases += grouped_cases()
+    cases += block_cases()
     cases += tc_cases()
     only = sys.argv[1:]                       # label substrings: compile only those cases
     if only:
@@ -249,8 +314,8 @@ def main() -> int:
         try:
             ck = compile_spec(spec)
             mma = "wgmma" if "wgmma" in ck.asm["ptx"] else ("mma" if "mma.sync" in ck.asm["ptx"] else "")
-            print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B {mma}",
-                  flush=True)
+            print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B {mma}"
+                  f"  {reg_usage(ck.asm['cubin'])}", flush=True)
         except Exception as e:  # print the compiler's message and go on
             bad += 1
             print(f"FAIL {label}: {type(e).__name__}: {str(e)[:2000]}", flush=True)

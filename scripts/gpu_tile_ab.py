@@ -14,19 +14,26 @@ import subprocess
 import sys
 import tempfile
 
-CASES = [   # session 7, third call: fp8_block with two scale groups a K step (K_GROUPS 2, a
-    # grouped_gemm variant of commit da695d5, reverted: 2-6x SLOWER, see
-    # docs/BENCHMARKS.md); a 6th item names the scheme (default bf16)
-    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 kg2", "gemm1", dict(K_GROUPS=2)),
-                                               ("g2 kg2", "gemm2", dict(K_GROUPS=2)),
-                                               ("both kg2", [("gemm1", dict(K_GROUPS=2)), ("gemm2", dict(K_GROUPS=2))]),
-                                               ("both kg2 g1 128x128 w8 s2",
-                                                [("gemm1", dict(K_GROUPS=2, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128,
-                                                                num_warps=8, num_stages=2)),
-                                                 ("gemm2", dict(K_GROUPS=2))])], "fp8_block"),
-    ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g1 kg2", "gemm1", dict(K_GROUPS=2)),
-                                              ("both kg2", [("gemm1", dict(K_GROUPS=2)), ("gemm2", dict(K_GROUPS=2))])],
-     "fp8_block"),
+_R = dict(RESCALE=True, PERSISTENT=0, FLATTEN=False)   # block scales applied to the accumulator
+_T128 = dict(_R, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=3)
+_T64 = dict(_R, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=3)
+CASES = [   # session 8: fp8_block with RESCALE (scales multiply the accumulator before each K
+    # group's dot instead of a second tile per dot): fewer registers, so larger tiles; a 6th
+    # item names the scheme (default bf16)
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("both R", [("gemm1", dict(RESCALE=True)), ("gemm2", dict(RESCALE=True))]),
+        ("g1 64x128 R", "gemm1", _T64),
+        ("g1 128x128 R", [("gemm1", _T128), ("gemm2", dict(RESCALE=True))]),
+        ("g1,g2 128x128 R", [("gemm1", _T128), ("gemm2", _T128)]),
+        ("g1 128x128 g2 128x256 R", [("gemm1", _T128), ("gemm2", dict(_T128, BLOCK_SIZE_N=256))]),
+        ("g1,g2 64x128 R", [("gemm1", _T64), ("gemm2", dict(_T64, num_stages=4))]),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("both R", [("gemm1", dict(RESCALE=True)), ("gemm2", dict(RESCALE=True))]),
+        ("g1 64x128 R", "gemm1", _T64),
+        ("g1 128x128 R", "gemm1", _T128),
+        ("g1,g2 128x128 R", [("gemm1", _T128), ("gemm2", _T128)]),
+    ], "fp8_block"),
 ]
 
 

@@ -308,12 +308,27 @@ QUANT_CASES = [
 ]
 
 
+# block-scale variants: the per-group dot (default) and RESCALE (scales applied to the
+# accumulator in place) with one weight scale a tile (BN 16 = bn: a scalar) or a vector of
+# them (BN 32 over bn 16), and with K splits that leave GEMM2's last two splits empty
+BLOCK_VARIANTS = {
+    "group-dot": (SMALL, SMALL),
+    "rescale": (dict(SMALL, RESCALE=True), dict(SMALL, RESCALE=True)),
+    "rescale-bn32": (dict(SMALL, BLOCK_SIZE_N=32, RESCALE=True), dict(SMALL, BLOCK_SIZE_N=32, RESCALE=True)),
+    "rescale-split4": (dict(SMALL, RESCALE=True), dict(SMALL, RESCALE=True, SPLIT_K=4)),
+}
+QUANT_PARAMS = [pytest.param(c, v, id=f"{c[0]}-{str(c[1]).replace('torch.', '')}" + (f"-{v}" if v else ""))
+                for c in QUANT_CASES for v in (BLOCK_VARIANTS if c[0] == "block" else [None])]
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")   # silu of large negative integers
-@pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
-def test_quant_gemm1_and_gemm2(case):
+@pytest.mark.parametrize("case,variant", QUANT_PARAMS)
+def test_quant_gemm1_and_gemm2(case, variant):
     # operands hold small integers (exact in int8 and e4m3) and power-of-two scales, so the
-    # kernel and the dequantizing reference agree to fp32 rounding; block: (bn, bk) = (16, 32)
+    # kernel and the dequantizing reference agree to fp32 rounding (RESCALE's ratios of
+    # powers of two are exact too); block: (bn, bk) = (16, 32)
     quant, dt, a_shape, b_shape = case
+    cfg1, cfg2 = BLOCK_VARIANTS[variant] if variant else (SMALL, SMALL)
     T, k = 33, K_TOP
     w_dt = torch.int8 if dt == "w8a16" else dt
     x_dt = torch.float16 if dt == "w8a16" else dt
@@ -326,7 +341,7 @@ def test_quant_gemm1_and_gemm2(case):
     tw, ids = _routing(T, E, k)
     res = align_block_size(ids, 16, E)
     h = torch.empty(T * k, I, device=DEV)                                       # fp32 out
-    gemm1_act(x, w13, res, k, "silu", h, config=SMALL, quant=quant,
+    gemm1_act(x, w13, res, k, "silu", h, config=cfg1, quant=quant,
               a_scale=a1, b_scale=b1, block_shape=block)
     ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1, block=block)
     assert _rel(h, ref1) < 1e-5
@@ -336,10 +351,36 @@ def test_quant_gemm1_and_gemm2(case):
     b2 = _pow2(b_shape(H, I), 14)
     out = torch.empty(T, H, device=DEV)
     # K = I = 48 with BK 32 (8-bit tl.dot needs K >= 32 on GPU): a masked fp8/int8 K tail
-    gemm2(hq, w2, res, tw, out, config=SMALL, quant=quant, a_scale=a2, b_scale=b2,
+    gemm2(hq, w2, res, tw, out, config=cfg2, quant=quant, a_scale=a2, b_scale=b2,
           block_shape=block)
     ref2 = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=a2, b_scale=b2, block=block)
     assert _rel(out, ref2) < 1e-5
+
+
+def test_block_rescale_real_scales_and_zero_weight_block():
+    # RESCALE against the per-group dot on scales spanning 10^-4..10^2 (not powers of two:
+    # the ratios round, ~1e-7 a group) with one weight block whose scale is 0 (its codes
+    # are not: a zero scale must still zero the block, not turn into inf / NaN)
+    T, k = 21, K_TOP
+    g = torch.Generator().manual_seed(31)
+    x = (torch.randn(T, H, generator=g) * 50).clamp(-448, 448).to(torch.float8_e4m3fn).to(DEV)
+    w13 = (torch.randn(E, 2 * I, H, generator=g) * 50).clamp(-448, 448).to(torch.float8_e4m3fn).to(DEV)
+    a1 = (10.0 ** (torch.rand(T, H // 32, generator=g) * 6 - 4)).to(DEV)
+    b1 = (10.0 ** (torch.rand(E, 2 * I // 16, H // 32, generator=g) * 6 - 4)).to(DEV)
+    b1[1, 2, 1] = 0.0
+    tw, ids = _routing(T, E, k)
+    ids[0, 0] = 1                                   # expert 1 is hit
+    res = align_block_size(ids, 16, E)
+    ref = gemm1_act_ref(x, w13, ids, "silu", quant="block", a_scale=a1, b_scale=b1, block=(16, 32))
+    outs = {}
+    for name in ("group-dot", "rescale", "rescale-bn32"):
+        h = torch.empty(T * k, I, device=DEV)
+        gemm1_act(x, w13, res, k, "silu", h, config=BLOCK_VARIANTS[name][0], quant="block",
+                  a_scale=a1, b_scale=b1, block_shape=(16, 32))
+        assert torch.isfinite(h).all(), name
+        outs[name] = h
+        assert _rel(h, ref) < 1e-5, name
+    assert _rel(outs["rescale"], outs["group-dot"]) < 1e-5
 
 
 # ---------------------------------------------------------------------------------- configs
@@ -471,6 +512,39 @@ def test_gpu_quantized_gemms(quant, dtype, T):
     out = gemm2(hq, q2, res, tw, config=cfg2, quant=quant, a_scale=sh, b_scale=s2, block_shape=block)
     ref2 = gemm2_ref(hq, q2, ids, tw, quant=quant, a_scale=sh, b_scale=s2, block=block)
     assert out.dtype == torch.bfloat16 and _frob(out, ref2) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU with fp8 (sm89+) tensor cores")
+@pytest.mark.parametrize("bm,bn,warps", [(64, 64, 4), (128, 128, 8), (64, 128, 4), (128, 256, 8)])
+@pytest.mark.parametrize("T", [7, 700])
+def test_gpu_block_rescale(bm, bn, warps, T):
+    # RESCALE tiles at real 128x128 blocks (one weight scale a tile up to BN 128, a vector
+    # over BN 256) against the reference and against the per-group dot of the same tile
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 tensor cores need sm89+")
+    E_, H_, I_, k = 8, 1024, 256, 2
+    w13, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16)
+    x = _x(T, H_, torch.bfloat16)
+    tw, ids = _routing(T, E_, k)
+    q13, s13 = _quantize(w13, torch.float8_e4m3fn, "block")
+    qx, sx = _quantize(x, torch.float8_e4m3fn, "block")
+    q2, s2 = _quantize(w2, torch.float8_e4m3fn, "block")
+    blk = dict(quant="block", block_shape=(128, 128))
+    cfg = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, GROUP_SIZE_M=8, num_warps=warps, num_stages=3)
+    res = align_block_size(ids, bm, E_)
+    ref1 = gemm1_act_ref(qx, q13, ids, "silu", a_scale=sx, b_scale=s13, block=(128, 128), quant="block")
+    hq, sh = _quantize(ref1.to(torch.bfloat16), torch.float8_e4m3fn, "block")
+    ref2 = gemm2_ref(hq, q2, ids, tw, a_scale=sh, b_scale=s2, block=(128, 128), quant="block")
+    got = {}
+    for rescale in (False, True):
+        c = dict(cfg, RESCALE=rescale)
+        h = gemm1_act(qx, q13, res, k, "silu", config=c, a_scale=sx, b_scale=s13, **blk)
+        out = gemm2(hq, q2, res, tw, config=c, a_scale=sh, b_scale=s2, **blk)
+        assert _frob(h, ref1) < 1e-2 and _frob(out, ref2) < 1e-2, rescale
+        got[rescale] = (h.float(), out.float())
+    # same products, different fp32 rounding order: a few bf16 ulps apart at most
+    assert _frob(got[True][0], got[False][0]) < 4e-3 and _frob(got[True][1], got[False][1]) < 4e-3
 
 
 @pytest.mark.gpu

@@ -406,10 +406,12 @@ def _check(config: MoEConfig, quant, platform):
 
 
 def _extras(c: dict) -> str:
-    """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]'."""
+    """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]', ' rescale'."""
     out = " tma" if c.get("USE_TMA") else ""
     if c.get("PERSISTENT"):
         out += f" persistent{c['PERSISTENT']}" + (" flat" if c.get("FLATTEN") else "")
+    if c.get("RESCALE"):
+        out += " rescale"
     return out
 
 

@@ -123,6 +123,33 @@ def _dot(a, b, acc, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr):
 
 
 @triton.jit
+def _floor_scale(s):
+    """Block scales below 2^-60 (a zero weight block's 0) read as 2^-60: RESCALE divides by
+    them. Activation scales are >= 1e-12 / 448 already; NaN survives (where, not maximum)."""
+    s = s.to(tl.float32)
+    return tl.where(s < 8.673617379884035e-19, 8.673617379884035e-19, s)
+
+
+@triton.jit
+def _rescale(acc, pa, ca, pb, cb, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, SB_SCALAR: tl.constexpr):
+    """acc * (pa / ca) (rows) * (pb / cb) (columns, or one scalar when SB_SCALAR)."""
+    if A_SCALE == 3:
+        ra = pa / ca                                                            # [BM]
+        if B_SCALE == 3:
+            if SB_SCALAR:
+                acc = acc * (ra * (pb / cb))[:, None]
+            else:
+                acc = acc * (ra[:, None] * (pb / cb)[None, :])
+        else:
+            acc = acc * ra[:, None]
+    elif SB_SCALAR:
+        acc = acc * (pb / cb)
+    else:
+        acc = acc * (pb / cb)[None, :]
+    return acc
+
+
+@triton.jit
 def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of linear tile ``tile`` of a num_m x num_pid_n grid of tiles.
 
@@ -151,7 +178,7 @@ def _gemm_tile(
     MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
-    USE_TMA: tl.constexpr,
+    USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
@@ -188,8 +215,28 @@ def _gemm_tile(
     if A_SCALE == 3:
         as_ptrs = a_scale_ptr + a_rows * stride_asm                             # [BM]
     if B_SCALE == 3:
-        bs_ptrs = b_scale_ptr + e * stride_bse + (offs_bn // GROUP_N) * stride_bsn             # [BN]
-        bs_up_ptrs = b_scale_ptr + e * stride_bse + ((offs_bn + N_OUT) // GROUP_N) * stride_bsn
+        if SB_SCALAR:     # BN divides bn: one weight scale a (tile, K group), a scalar
+            bs_ptrs = b_scale_ptr + e * stride_bse + ((pid_n * BLOCK_N) // GROUP_N) * stride_bsn
+            bs_up_ptrs = b_scale_ptr + e * stride_bse + ((pid_n * BLOCK_N + N_OUT) // GROUP_N) * stride_bsn
+        else:
+            bs_ptrs = b_scale_ptr + e * stride_bse + (offs_bn // GROUP_N) * stride_bsn             # [BN]
+            bs_up_ptrs = b_scale_ptr + e * stride_bse + ((offs_bn + N_OUT) // GROUP_N) * stride_bsn
+    if RESCALE:
+        # acc holds sum_j s_j d_j / s_cur (s_j = sa_j * sb_j, d_j the K group's dot): before
+        # each group's dot it is multiplied by s_prev / s_cur, so the dot accumulates into it
+        # in place (no second [BM, BN] fp32 tile live across the dot); once after the loop by
+        # s_last. An empty K split reads group 0's scales (its acc is 0 anyway).
+        kg0 = tl.minimum(k_lo, K - 1) // GROUP_K
+        if A_SCALE == 3:
+            pa = _floor_scale(tl.load(as_ptrs + kg0 * stride_ask))                    # [BM]
+        else:
+            pa = 1.0
+        if B_SCALE == 3:
+            pb = _floor_scale(tl.load(bs_ptrs + kg0 * stride_bsk))                    # [] or [BN]
+            pbu = _floor_scale(tl.load(bs_up_ptrs + kg0 * stride_bsk))
+        else:
+            pb = 1.0
+            pbu = 1.0
 
     # TMA: B tiles [BN, BK] of w viewed as [E*N, K]; rows past this expert's N belong to the
     # next expert (or are zero-filled at the end) and only feed masked output columns
@@ -219,7 +266,31 @@ def _gemm_tile(
             b = b.to(a.dtype)
             if GATED:
                 b_u = b_u.to(a.dtype)
-        if A_SCALE == 3 or B_SCALE == 3:
+        if RESCALE:
+            kg = (k_lo + it * BLOCK_K) // GROUP_K
+            if A_SCALE == 3:
+                ca = _floor_scale(tl.load(as_ptrs + kg * stride_ask))
+            else:
+                ca = 1.0
+            if B_SCALE == 3:
+                cb = _floor_scale(tl.load(bs_ptrs + kg * stride_bsk))
+            else:
+                cb = 1.0
+            acc = _dot(a, b, _rescale(acc, pa, ca, pb, cb, A_SCALE, B_SCALE, SB_SCALAR), FP32_IEEE, False)
+            if GATED:
+                if B_SCALE == 3:
+                    cbu = _floor_scale(tl.load(bs_up_ptrs + kg * stride_bsk))
+                else:
+                    cbu = 1.0
+                acc_u = _dot(a, b_u, _rescale(acc_u, pa, ca, pbu, cbu, A_SCALE, B_SCALE, SB_SCALAR),
+                             FP32_IEEE, False)
+                if B_SCALE == 3:
+                    pbu = cbu
+            if A_SCALE == 3:
+                pa = ca
+            if B_SCALE == 3:
+                pb = cb
+        elif A_SCALE == 3 or B_SCALE == 3:
             kg = (k_lo + it * BLOCK_K) // GROUP_K
             if A_SCALE == 3:
                 sa = tl.load(as_ptrs + kg * stride_ask)[:, None]
@@ -244,6 +315,10 @@ def _gemm_tile(
     # ---- epilogue: scales, bias, activation, routing weight, store ----
     acc = acc.to(tl.float32)
     acc_u = acc_u.to(tl.float32)
+    if RESCALE:                                       # times the last K group's scale
+        acc = _rescale(acc, pa, 1.0, pb, 1.0, A_SCALE, B_SCALE, SB_SCALAR)
+        if GATED:
+            acc_u = _rescale(acc_u, pa, 1.0, pbu, 1.0, A_SCALE, B_SCALE, SB_SCALAR)
     if A_SCALE == 1:
         sa = tl.load(a_scale_ptr)
         acc *= sa
@@ -296,7 +371,7 @@ def _moe_gemm_kernel(
     MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
-    USE_TMA: tl.constexpr,
+    USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr,
 ):
@@ -325,7 +400,7 @@ def _moe_gemm_kernel(
                 stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
-                A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA,
+                A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
                 BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M)
@@ -343,7 +418,7 @@ def _moe_gemm_kernel(
             stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
-            A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA,
+            A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
             BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
@@ -442,6 +517,10 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         grid = (min(cdiv(persistent * _num_sms(a.device), split), tiles), split)
     else:
         grid = (tiles, split)
+    # RESCALE: block scales applied to the accumulator in place (see _gemm_tile); an int8 x
+    # int8 dot cannot accumulate into fp32, so that pair keeps the separate per-group dot
+    rescale = 3 in (a_mode, b_mode) and bool(config.get("RESCALE", False)) and not (
+        a.dtype == torch.int8 and b.dtype == torch.int8)
     b_desc = None
     if config.get("USE_TMA", False) and TensorDescriptor is not None and _tma_ok(b):
         b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
@@ -466,7 +545,8 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn, GROUP_K=gk,
         EVEN_K=K % BK == 0, FP32_IEEE=a_dt == torch.float32,
         INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
-        CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None,
+        CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None, RESCALE=rescale,
+        SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)),
     ), num_warps=warps, num_stages=stages)
