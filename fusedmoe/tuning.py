@@ -500,6 +500,11 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     def fits(bm, bn, bk, st):
         return _smem(bm, bn, bk, st, a_b, w_b, b_tiles) <= SMEM_LIMIT
 
+    # block scales: per K group either a second dot tile scaled into the accumulator, or
+    # (RESCALE) the accumulator rescaled in place; which is faster depends on the tile
+    # (H100 deepseek-v3 tp8 T=16384: GEMM1 64x128 RESCALE 8.7% faster than the shipped 64x64,
+    # RESCALE on that 64x64 21% slower; docs/BENCHMARKS.md, eighth session)
+    rescales = (space.get("RESCALE") or [False, True]) if s.method == QuantMethod.FP8_BLOCK else [None]
     out = []
     if stage == "tiles":
         for bm in bms:
@@ -508,7 +513,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
                     w = 4 if bm * bn <= 64 * 128 else 8
                     fit = [st for st in stages if fits(bm, bn, bk, st)]
                     if fit:
-                        out.append(make(bm, bn, bk, w, 4 if 4 in fit else max(fit)))
+                        c = make(bm, bn, bk, w, 4 if 4 in fit else max(fit))
+                        out += [c if r is None else {**c, "RESCALE": r} for r in rescales]
     elif stage == "pipeline":
         for t in tiles:
             bm, bn, bk = t["BLOCK_SIZE_M"], t["BLOCK_SIZE_N"], t["BLOCK_SIZE_K"]

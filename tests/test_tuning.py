@@ -310,6 +310,12 @@ def test_candidates_fit_the_matrix_and_shared_memory():
 def test_candidates_scheme_constraints_and_group_stage():
     fp8 = tuning.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_block")
     assert fp8 and all(128 % c["BLOCK_SIZE_K"] == 0 for c in fp8)  # block scales per K tile
+    # every block tile both ways (per-group dot / RESCALE); other schemes never get the key
+    tiles = {tuple(sorted((k, v) for k, v in c.items() if k != "RESCALE")) for c in fp8}
+    assert sorted(c["RESCALE"] for c in fp8) == [False] * len(tiles) + [True] * len(tiles)
+    assert [c["RESCALE"] for c in tuning.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_block",
+                                                            space={"RESCALE": [True]})] == [True] * len(tiles)
+    assert not any("RESCALE" in c for c in tuning.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_channel"))
     int4 = tuning.candidate_configs(64, 8, 2, 512, 4096, scheme="int4_w4a16:g64")
     assert all(64 % c["BLOCK_SIZE_K"] == 0 for c in int4)
     # one M block per expert: GROUP_SIZE_M cannot matter
