@@ -17,7 +17,7 @@ for point in ${POINTS:-mixtral-8x7b:1:1024 qwen3-30b-a3b:1:4096 deepseek-v3:8:10
   if [ "$left" -lt 25 ]; then echo "== not started: $point"; continue; fi
   echo "== $model tp$tp T=$T ${pq:-$quant} ($(date +%T))"
   timeout "$(( left < per ? left : per ))" python3 -m fusedmoe tune --model "$model" --tp "$tp" --tokens "$T" --quant "${pq:-$quant}" \
-      --budget-ms "${BUDGET_MS:-15}" --no-progress --out-dir "$OUT/configs" 2>&1 | tail -2
+      --budget-ms "${BUDGET_MS:-15}" --no-progress --out-dir "$OUT/configs" 2>&1 | grep -E "^ *T= *$T:|rror" | tail -3
   # file names hold '=' and ',' which the device tool does not bring back: ship a tarball
   tar -C "$OUT" -cf "$OUT/configs.tar" configs
 done
