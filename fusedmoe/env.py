@@ -20,6 +20,9 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | a16 min(E // 4, 32), a8 E // 16; see backends/triton.py)      |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
+| FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's GEMM1, requantization, GEMM2  |
+|                             | and reduce are ordinary launches, not programmatic dependent  |
+|                             | launches of the kernel before (default 1 where PDL exists)    |
 | FUSEDMOE_W8A8_DECODE        | how the ``triton`` decode kernels compute W8A8 schemes:       |
 |                             | ``a16`` reads the 8-bit weights and keeps the activations     |
 |                             | 16-bit (no quantization launches; more accurate); ``a8``      |
@@ -42,7 +45,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_W8A8_DECODE")
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE")
 
 
 def backend() -> str | None:
@@ -96,6 +99,12 @@ def decode_pairs() -> int | None:
 def decode_pdl() -> bool:
     """False when FUSEDMOE_DECODE_PDL is 0/false (on by default where the device has it)."""
     return os.environ.get("FUSEDMOE_DECODE_PDL", "1").strip() not in ("0", "false", "False")
+
+
+def prefill_pdl() -> bool:
+    """False when FUSEDMOE_PREFILL_PDL is 0/false: the grouped path's GEMM1, requantization,
+    GEMM2 and reduce then launch plainly (on by default where the device has PDL)."""
+    return os.environ.get("FUSEDMOE_PREFILL_PDL", "1").strip() not in ("0", "false", "False")
 
 
 def w8a8_decode() -> str:

@@ -79,8 +79,8 @@ def grouped_cases() -> list:
     from fusedmoe.kernels.align import AlignResult
     captured = []
     real = gg.launch
-    gg.launch = lambda kernel, grid, args, constexprs, num_warps=4, num_stages=3: captured.append(
-        (kernel, grid, args, constexprs, num_warps, num_stages))
+    gg.launch = lambda kernel, grid, args, constexprs, num_warps=4, num_stages=3, launch_pdl=False: captured.append(
+        (kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl))
     try:
         bf, fp8, i8 = torch.bfloat16, torch.float8_e4m3fn, torch.int8
         E, H, I, k, T = 128, 2048, 768, 8, 4096
@@ -107,6 +107,12 @@ def grouped_cases() -> list:
                 if not label:
                     out.append((f"grouped gemm1 {tag}", captured[0]))
                 out.append((f"grouped gemm2 {tag}{label}", captured[1]))
+        # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
+        captured.clear()
+        gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
+                 torch.empty(T, H, dtype=bf), config=dict(c2, PERSISTENT=1, BLOCK_SIZE_K=64),
+                 workspace=torch.empty(1, n, H, dtype=bf), pdl=True)
+        out += [("grouped gemm2 bfloat16 persistent pdl", captured[0]), ("grouped reduce pdl", captured[1])]
     finally:
         gg.launch = real
     return out
@@ -119,8 +125,8 @@ def block_cases() -> list:
     from fusedmoe.kernels.align import AlignResult
     captured = []
     real = gg.launch
-    gg.launch = lambda kernel, grid, args, constexprs, num_warps=4, num_stages=3: captured.append(
-        (kernel, grid, args, constexprs, num_warps, num_stages))
+    gg.launch = lambda kernel, grid, args, constexprs, num_warps=4, num_stages=3, launch_pdl=False: captured.append(
+        (kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl))
     fp8, bf = torch.float8_e4m3fn, torch.bfloat16
     E, H, I, k, T = 256, 7168, 256, 8, 4096
     n = T * k

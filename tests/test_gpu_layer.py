@@ -213,3 +213,40 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     assert pe.quantizes_activations(T) == qa
     ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=qa)
     assert rel_error(outs["1"][0], ref) <= tolerance(cfg.dtype, quant if qa else "none")
+
+
+@pytest.mark.parametrize("quant", ["none", "fp8_channel", "int8_channel", "fp8_block", "fp8_tensor"])
+@pytest.mark.parametrize("T", [37, 700])
+def test_prefill_pdl_chain_equals_plain_launches(quant, T, monkeypatch):
+    # grouped path: GEMM1, the requantization of h, GEMM2 and the reduce as programmatic
+    # dependent launches (FUSEDMOE_PREFILL_PDL): bitwise what ordinary launches give, eager
+    # and under CUDA-graph replay, with an expert map (EP rank 1 of 2)
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm90+")
+    cfg = MoEConfig(32, 4, 256, 256, parallel=ParallelConfig(ep_size=2, ep_rank=1))
+    w = _weights(cfg, quant)
+    x, tw, ti = _routed(cfg, T, seed=T + 11)
+    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "0")           # every T on the grouped path
+    outs = {}
+    for pdl in ("0", "1"):
+        monkeypatch.setenv("FUSEDMOE_PREFILL_PDL", pdl)
+        pe = prepare_experts(cfg, w, "triton")
+        assert pe.kernel.experts.prefill_pdl == (pdl == "1")
+        eager = [pe(x, tw, ti).clone() for _ in range(3)]
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            pe(x, tw, ti)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            o = pe(x, tw, ti)
+        g.replay()
+        torch.cuda.synchronize()
+        outs[pdl] = eager + [o.clone()]
+    for a in outs["0"] + outs["1"]:
+        assert torch.equal(a, outs["0"][0])
+    qa = pe.quantizes_activations(T)
+    assert qa == (quant != "none")
+    ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=qa)
+    assert rel_error(outs["1"][0], ref) <= tolerance(cfg.dtype, quant)

@@ -101,6 +101,15 @@ def decode_pdl_ok(platform) -> bool:
     return HAS_GDC
 
 
+def prefill_pdl_ok(platform) -> bool:
+    """Programmatic dependent launches on the grouped path (GEMM1 after the alignment, the
+    requantization, GEMM2, the reduce): as ``decode_pdl_ok`` with FUSEDMOE_PREFILL_PDL."""
+    if platform.kind != "cuda" or platform.sm < 90 or not env.prefill_pdl():
+        return False
+    from ..kernels.decode import HAS_GDC
+    return HAS_GDC
+
+
 def deinterleave_rows(t: torch.Tensor) -> torch.Tensor:
     """[E, 2I, ...] with rows g0,u0,g1,u1,... -> [E, 2I, ...] with rows g0..gI-1, u0..uI-1."""
     return torch.cat([t[:, 0::2], t[:, 1::2]], dim=1).contiguous()
@@ -182,6 +191,9 @@ class TritonExperts(Experts):
         # than the two with PDL on the H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8
         # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
         self._specs: dict = {}
+        # the grouped path as one PDL chain (session 8): each kernel's programs may start as
+        # the one before drains and wait for it before any load (FUSEDMOE_PREFILL_PDL)
+        self.prefill_pdl = prefill_pdl_ok(platform)
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
     def configs(self, T: int):
@@ -379,14 +391,15 @@ class TritonExperts(Experts):
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
+        pdl = self.prefill_pdl
         h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias,
                       swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                      config=c1, a_scale=x_scale, b_scale=w.w13_scale, **q)
-        h, h_scale = self._quant(h, w.a2_scale)
+                      config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
+        h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
         return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                      config=c2, reduce=self.reduce, workspace=ws.get("y"),
-                     a_scale=h_scale, b_scale=w.w2_scale, **q)
+                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, **q)
 
 
 def _check(config: MoEConfig, quant, platform):
@@ -443,7 +456,9 @@ def _variants(config, quant, platform):
         c1, c2 = lc.get(T)
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
-                         f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}")
+                         f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
+                         + ("; GEMM1, GEMM2 and the reduce (and a requantization between) as programmatic "
+                            "dependent launches" if prefill_pdl_ok(platform) else ""))
     return out
 
 

@@ -66,6 +66,7 @@ except ImportError:  # pragma: no cover
 
 from .align import AlignResult, align_block_size
 from .launcher import cdiv, launch, next_power_of_2
+from .quantize import gdc_launch_dependents, gdc_wait
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
            "gemm2_workspace_spec", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
@@ -373,8 +374,11 @@ def _moe_gemm_kernel(
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr,
+    SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:   # a programmatic dependent launch: every input may come from the kernel before
+        gdc_launch_dependents()
+        gdc_wait()
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
@@ -426,8 +430,11 @@ def _moe_gemm_kernel(
 def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, H, num_global, E,
                        stride_ys, stride_ym, stride_om,
                        TOP_K: tl.constexpr, SPLIT_K: tl.constexpr, HAS_MAP: tl.constexpr,
-                       BLOCK_H: tl.constexpr):
+                       BLOCK_H: tl.constexpr, PDL: tl.constexpr = False):
     """out[t] = sum over kept slots j (then splits) of y[split, t*k + j]: a fixed order."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     t = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
@@ -501,7 +508,7 @@ def _num_sms(device: torch.device) -> int:
 
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
-            quant="none", a_scale=None, b_scale=None, block_shape=None):
+            quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
     assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
@@ -548,15 +555,16 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None, RESCALE=rescale,
         SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
-        PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)),
-    ), num_warps=warps, num_stages=stages)
+        PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
+    ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
 def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int, activation: str,
               out: Optional[torch.Tensor] = None, *, bias: Optional[torch.Tensor] = None,
               swiglu_limit: Optional[float] = None, alpha: float = 1.702, limit: float = 7.0,
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
-              b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None) -> torch.Tensor:
+              b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
+              pdl: bool = False) -> torch.Tensor:
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -567,6 +575,8 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     Quantized operands: ``quant`` 'tensor' (a_scale [1], b_scale [E]), 'channel' (a_scale
     [T, 1], b_scale [E, N]), 'block' (a_scale [T, H/bk], b_scale [E, N/bn, H/bk],
     ``block_shape`` = (bn, bk)); a_scale None = 16-bit x with 8-bit weights (weight-only).
+    ``pdl`` (sm90+, triton with griddepcontrol): a programmatic dependent launch (its
+    programs may start while the previous kernel drains, and wait for it before any load).
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
@@ -577,7 +587,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
         config = dict(config, SPLIT_K=1)   # a split before a nonlinear epilogue would be wrong
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape)
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl)
     return out
 
 
@@ -601,13 +611,14 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
           bias: Optional[torch.Tensor] = None, config: dict, reduce: str = "deterministic",
           workspace: Optional[torch.Tensor] = None, quant: str = "none",
           a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
-          block_shape: Optional[tuple] = None) -> torch.Tensor:
+          block_shape: Optional[tuple] = None, pdl: bool = False) -> torch.Tensor:
     """out [T, H] = sum_j topk_weights[t, j] * (h[s] @ w2[e]^T + bias[e]) over kept slots.
 
     h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
     'deterministic' (bitwise reproducible) or 'atomic'. ``workspace`` as described by
     ``gemm2_workspace_spec`` (allocated when None). Tokens with no kept slot get zeros.
-    ``quant`` / scales as in ``gemm1_act`` with M = n rows of h and K = I.
+    ``quant`` / scales as in ``gemm1_act`` with M = n rows of h and K = I. ``pdl``: GEMM2
+    and the reduce as programmatic dependent launches (as in ``gemm1_act``).
     """
     T, k = topk_weights.shape
     H = w2.shape[1]
@@ -627,16 +638,17 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
         c, c_div, stride_cs = workspace[0], 1, workspace.stride(0)               # y [S, n, H]
     _launch(h, w2, c, align, n_out=H, a_div=1, c_div=c_div, act=_NO_ACT, config=config, bias=bias,
             topk_weights=topk_weights if mul_routed_weight else None, atomic=atomic, stride_cs=stride_cs,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape)
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl)
     if not atomic:
-        moe_reduce(workspace, out, align)
+        moe_reduce(workspace, out, align, pdl=pdl)
     elif c is not out:
         out.copy_(c)
     return out
 
 
-def moe_reduce(y: torch.Tensor, out: torch.Tensor, align: AlignResult) -> torch.Tensor:
-    """out [T, H] = sum over kept slots and splits of y [S, n, H]; dropped slots read as 0."""
+def moe_reduce(y: torch.Tensor, out: torch.Tensor, align: AlignResult, pdl: bool = False) -> torch.Tensor:
+    """out [T, H] = sum over kept slots and splits of y [S, n, H]; dropped slots read as 0.
+    ``pdl``: a programmatic dependent launch (as in ``gemm1_act``)."""
     T, H = out.shape
     ids = align.topk_ids
     k = ids.shape[1]
@@ -651,7 +663,8 @@ def moe_reduce(y: torch.Tensor, out: torch.Tensor, align: AlignResult) -> torch.
         y, out, ids, emap if has_map else ids, H,
         emap.numel() if has_map else align.num_experts, align.num_experts,
         s_ys, s_ym, out.stride(0),
-    ), dict(TOP_K=k, SPLIT_K=y.shape[0], HAS_MAP=has_map, BLOCK_H=block_h), num_warps=4)
+    ), dict(TOP_K=k, SPLIT_K=y.shape[0], HAS_MAP=has_map, BLOCK_H=block_h, PDL=pdl), num_warps=4,
+        launch_pdl=pdl)
     return out
 
 
