@@ -173,6 +173,22 @@ def test_module_forward_graph_capture_and_compile():
         assert rel_error(compiled(x2, l2), gout) <= tolerance(cfg.dtype, "none")
 
 
+def _eager_and_replayed(pe, x, tw, ti):
+    """Three eager outputs of ``pe`` and one from the replay of a CUDA graph of it."""
+    eager = [pe(x, tw, ti).clone() for _ in range(3)]
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        pe(x, tw, ti)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        o = pe(x, tw, ti)
+    g.replay()
+    torch.cuda.synchronize()
+    return eager + [o.clone()]
+
+
 @pytest.mark.parametrize("quant,mode", [("none", "a16"), ("fp8_channel", "a8"), ("int8_channel", "a8"),
                                         ("fp8_block", "a8"), ("fp8_channel", "a16"), ("fp8_block", "a16"),
                                         ("fp8_tensor", "a16"), ("fp8_channel", "tc"), ("int8_channel", "tc"),
@@ -195,18 +211,7 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
         monkeypatch.setenv("FUSEDMOE_DECODE_PDL", pdl)
         pe = prepare_experts(cfg, w, "triton")
         assert pe.kernel.experts.decode_mode(T).pdl == (pdl == "1")
-        eager = [pe(x, tw, ti).clone() for _ in range(3)]
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            pe(x, tw, ti)
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            o = pe(x, tw, ti)
-        g.replay()
-        torch.cuda.synchronize()
-        outs[pdl] = eager + [o.clone()]
+        outs[pdl] = _eager_and_replayed(pe, x, tw, ti)
     for a in outs["0"] + outs["1"]:
         assert torch.equal(a, outs["0"][0])
     qa = quant != "none" and (mode in ("a8", "tc") or (mode == "auto" and T > 1))
@@ -232,18 +237,7 @@ def test_prefill_pdl_chain_equals_plain_launches(quant, T, monkeypatch):
         monkeypatch.setenv("FUSEDMOE_PREFILL_PDL", pdl)
         pe = prepare_experts(cfg, w, "triton")
         assert pe.kernel.experts.prefill_pdl == (pdl == "1")
-        eager = [pe(x, tw, ti).clone() for _ in range(3)]
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            pe(x, tw, ti)
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            o = pe(x, tw, ti)
-        g.replay()
-        torch.cuda.synchronize()
-        outs[pdl] = eager + [o.clone()]
+        outs[pdl] = _eager_and_replayed(pe, x, tw, ti)
     for a in outs["0"] + outs["1"]:
         assert torch.equal(a, outs["0"][0])
     qa = pe.quantizes_activations(T)
