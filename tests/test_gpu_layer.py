@@ -221,7 +221,7 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
 
 
 @pytest.mark.parametrize("quant", ["none", "fp8_channel", "int8_channel", "fp8_block", "fp8_tensor"])
-@pytest.mark.parametrize("T", [37, 700])
+@pytest.mark.parametrize("T", [37, 240])
 def test_prefill_pdl_chain_equals_plain_launches(quant, T, monkeypatch):
     # grouped path: GEMM1, the requantization of h, GEMM2 and the reduce as programmatic
     # dependent launches (FUSEDMOE_PREFILL_PDL): bitwise what ordinary launches give, eager
@@ -237,6 +237,7 @@ def test_prefill_pdl_chain_equals_plain_launches(quant, T, monkeypatch):
         monkeypatch.setenv("FUSEDMOE_PREFILL_PDL", pdl)
         pe = prepare_experts(cfg, w, "triton")
         assert pe.kernel.experts.prefill_pdl == (pdl == "1")
+        assert pe.kernel.experts.prefill_pdl_for(T) == (pdl == "1")      # <= 64 pairs a local expert
         outs[pdl] = _eager_and_replayed(pe, x, tw, ti)
     for a in outs["0"] + outs["1"]:
         assert torch.equal(a, outs["0"][0])

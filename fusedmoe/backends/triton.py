@@ -101,6 +101,13 @@ def decode_pdl_ok(platform) -> bool:
     return HAS_GDC
 
 
+# H100 bf16, fusedmoe bench, two alternating rounds (docs/BENCHMARKS.md, eighth session): the
+# PDL chain gains 1.5-3 us at 2-64 pairs per expert (qwen3 T=64 400.2 -> 398.7, deepseek tp8
+# T=64 818.8 -> 816.3, Mixtral T=256 1079.5 -> 1078.1), is even at 32-256 (T=1024), and
+# LOSES 2-3% at 128-1024 (T=4096: qwen3 901.2 -> 928.4 / 931.2, deepseek tp8 1616.7 -> 1651.4)
+PREFILL_PDL_MAX_M = 64
+
+
 def prefill_pdl_ok(platform) -> bool:
     """Programmatic dependent launches on the grouped path (GEMM1 after the alignment, the
     requantization, GEMM2, the reduce): as ``decode_pdl_ok`` with FUSEDMOE_PREFILL_PDL."""
@@ -192,8 +199,14 @@ class TritonExperts(Experts):
         # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
         self._specs: dict = {}
         # the grouped path as one PDL chain (session 8): each kernel's programs may start as
-        # the one before drains and wait for it before any load (FUSEDMOE_PREFILL_PDL)
+        # the one before drains and wait for it before any load (FUSEDMOE_PREFILL_PDL), up to
+        # PREFILL_PDL_MAX_M tokens per local expert (prefill_pdl_for)
         self.prefill_pdl = prefill_pdl_ok(platform)
+
+    def prefill_pdl_for(self, T: int) -> bool:
+        """Whether a grouped-path call of T tokens launches as a PDL chain: on, and at most
+        PREFILL_PDL_MAX_M (token, slot) pairs per local expert."""
+        return self.prefill_pdl and T * self.config.top_k <= PREFILL_PDL_MAX_M * self.config.num_local_experts
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
     def configs(self, T: int):
@@ -391,7 +404,7 @@ class TritonExperts(Experts):
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
-        pdl = self.prefill_pdl
+        pdl = self.prefill_pdl_for(T)
         h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias,
                       swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
                       config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
@@ -458,7 +471,8 @@ def _variants(config, quant, platform):
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
                          + ("; GEMM1, GEMM2 and the reduce (and a requantization between) as programmatic "
-                            "dependent launches" if prefill_pdl_ok(platform) else ""))
+                            "dependent launches" if prefill_pdl_ok(platform)
+                            and T * config.top_k <= PREFILL_PDL_MAX_M * config.num_local_experts else ""))
     return out
 
 
