@@ -26,7 +26,7 @@ print(f"{p.name} sm_{p.major}{p.minor} {p.multi_processor_count} SMs {p.total_me
 PY
 }
 run_tests() {
-  timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+  timeout 560 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
   timeout 120 python3 -m fusedmoe check --device cuda --json > "$OUT/check.json" 2> "$OUT/check.err"
   timeout 120 python3 benchmarks/bench_kernels.py --json "$OUT/kernels.json" 2>&1 | tail -8
   python3 -c "import json;d=json.load(open('$OUT/check.json'));print('check failures:',d['failures'],'of',len(d['results']));[print(r) for r in d['results'] if not r['ok']]" || tail -5 "$OUT/check.err"
