@@ -107,15 +107,6 @@ def grouped_cases() -> list:
                 if not label:
                     out.append((f"grouped gemm1 {tag}", captured[0]))
                 out.append((f"grouped gemm2 {tag}{label}", captured[1]))
-        # GEMM1 with the per-token requantization of h fused (config REQUANT), fp8 and int8
-        for wd in (fp8, i8):
-            captured.clear()
-            gg.gemm1_act(torch.empty(T, H, dtype=wd), torch.empty(E, 2 * I, H, dtype=wd), align, k, "silu",
-                         torch.empty(n, I, dtype=bf), config=dict(c1, BLOCK_SIZE_K=128), quant="channel",
-                         a_scale=torch.empty(T, 1), b_scale=torch.empty(E, 2 * I),
-                         requant=(torch.empty(n, I, dtype=wd), torch.empty(n, 1),
-                                  torch.zeros(n // 16, dtype=torch.int32)))
-            out.append((f"grouped gemm1 {str(wd)[6:]} requant", captured[0]))
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),

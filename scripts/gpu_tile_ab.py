@@ -14,10 +14,26 @@ import subprocess
 import sys
 import tempfile
 
-CASES = [   # session 8, last call: GEMM1 quantizes h per token itself (REQUANT) instead of the
-    # separate requantization launch (qwen3-30b-a3b W8A8); a 6th item names the scheme
-    (m, 1, T, "E=128,N=768,", [("g1 requant", "gemm1", dict(REQUANT=True))], q)
-    for q in ("fp8_channel", "int8_channel") for T in (1024, 4096, 16384) for m in ("qwen3-30b-a3b",)
+_R = dict(RESCALE=True, PERSISTENT=0, FLATTEN=False)   # block scales applied to the accumulator
+_T128 = dict(_R, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=3)
+_T64 = dict(_R, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=3)
+CASES = [   # session 8: fp8_block with RESCALE (scales multiply the accumulator before each K
+    # group's dot instead of a second tile per dot): fewer registers, so larger tiles; a 6th
+    # item names the scheme (default bf16)
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("both R", [("gemm1", dict(RESCALE=True)), ("gemm2", dict(RESCALE=True))]),
+        ("g1 64x128 R", "gemm1", _T64),
+        ("g1 128x128 R", [("gemm1", _T128), ("gemm2", dict(RESCALE=True))]),
+        ("g1,g2 128x128 R", [("gemm1", _T128), ("gemm2", _T128)]),
+        ("g1 128x128 g2 128x256 R", [("gemm1", _T128), ("gemm2", dict(_T128, BLOCK_SIZE_N=256))]),
+        ("g1,g2 64x128 R", [("gemm1", _T64), ("gemm2", dict(_T64, num_stages=4))]),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("both R", [("gemm1", dict(RESCALE=True)), ("gemm2", dict(RESCALE=True))]),
+        ("g1 64x128 R", "gemm1", _T64),
+        ("g1 128x128 R", "gemm1", _T128),
+        ("g1,g2 128x128 R", [("gemm1", _T128), ("gemm2", _T128)]),
+    ], "fp8_block"),
 ]
 
 

@@ -232,29 +232,6 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
         check(pe, cfg, w, mk.x(cfg, T, seed=22).to(dev), mk.logits(cfg, T, seed=23).to(dev))
 
 
-@pytest.mark.parametrize("feature", ["plain", "bias_ep"])
-@pytest.mark.parametrize("scheme", ["fp8_channel", "int8_channel", "fp8_block"])
-def test_triton_fused_requant_is_bitwise_the_separate_kernel(mk, scheme, feature):
-    # GEMM1 config key REQUANT: GEMM1 quantizes h per token itself (the last program of each
-    # m-block) instead of a separate launch; the layer's output is bitwise the same, with
-    # biases and an expert_map too. Schemes without per-token dynamic h ignore the key.
-    from fusedmoe.tuning import override
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
-    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", **kw)
-    w = mk.weights(cfg, scheme, seed=31).to(dev)
-    x, logits = mk.x(cfg, 23, seed=32).to(dev), mk.logits(cfg, 23, seed=33).to(dev)
-    c1 = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=2, num_warps=4, num_stages=2)
-    outs = []
-    for requant in (False, True):
-        with override((dict(c1, REQUANT=requant), c1)):
-            pe = build("triton", cfg, w)
-            assert pe.kernel.experts.fuses_requant(pe.kernel.experts.configs(23)[0]) == (
-                requant and scheme != "fp8_block")
-            outs.append(check(pe, cfg, w, x, logits)[0])
-    assert torch.equal(outs[0], outs[1])
-
-
 def test_triton_decode_pair_bounds(monkeypatch):
     # the measured crossovers (backends/triton.py docstring): 16-bit E/4; W8A8 with 16-bit
     # activations min(E/4, 32); W8A8 quantized (a8) E/16; tensor cores (tc, auto) min(E/2, 128)

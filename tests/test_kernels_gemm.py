@@ -383,36 +383,6 @@ def test_block_rescale_real_scales_and_zero_weight_block():
     assert _rel(outs["rescale"], outs["group-dot"]) < 1e-5
 
 
-@pytest.mark.parametrize("qdt", [torch.float8_e4m3fn, torch.int8], ids=["fp8", "int8"])
-@pytest.mark.parametrize("cfg", [SMALL, dict(SMALL, PERSISTENT=1)], ids=["tiles", "persistent"])
-@pytest.mark.parametrize("emap", [False, True], ids=["all-local", "expert-map"])
-def test_gemm1_fused_requant_matches_the_row_quantizer(qdt, cfg, emap):
-    # gemm1_act(requant=...): the last program of each m-block quantizes that block's h rows
-    # per token; bitwise what the separate row quantizer gives on the same h (rows of
-    # dropped slots are neither written nor read), the tickets back at zero, twice in a row
-    from fusedmoe.kernels.quantize import quant_fp8_token, quant_int8_token
-    T, k = 29, K_TOP
-    x = _x(T, H, torch.float16)
-    w13, _, _, _ = _weights(E, H, I, torch.float16)
-    tw, ids = _routing(T, E, k)
-    emap_t = torch.tensor([0, -1, 1, 2, -1], dtype=torch.int32, device=DEV) if emap else None
-    E_loc = 3 if emap else E
-    w = w13[:E_loc]
-    res = align_block_size(ids, 16, E_loc, emap_t)
-    kept = (emap_t[ids.long()] >= 0).reshape(-1) if emap else torch.ones(T * k, dtype=torch.bool, device=DEV)
-    q = torch.zeros(T * k, I, dtype=qdt, device=DEV)
-    qs = torch.zeros(T * k, 1, device=DEV)
-    tick = torch.zeros(res.max_padded // 16 + 3, dtype=torch.int32, device=DEV)
-    for _ in range(2):
-        h = torch.zeros(T * k, I, dtype=torch.float16, device=DEV)
-        gemm1_act(x, w, res, k, "silu", h, config=cfg, requant=(q, qs, tick))
-        assert (tick == 0).all()
-        rq, rs = (quant_fp8_token if qdt == torch.float8_e4m3fn else quant_int8_token)(h)
-        assert torch.equal(q[kept].view(torch.uint8), rq[kept].view(torch.uint8))
-        assert torch.equal(qs[kept], rs[kept])
-        assert torch.equal(h, gemm1_act(x, w, res, k, "silu", torch.zeros_like(h), config=cfg))
-
-
 # ---------------------------------------------------------------------------------- configs
 def test_default_config_regimes():
     dec1 = default_config(1, 8, 2 * 14336, 4096, 2, torch.bfloat16, gemm="gemm1")   # Mixtral decode

@@ -202,7 +202,6 @@ class TritonExperts(Experts):
         # the one before drains and wait for it before any load (FUSEDMOE_PREFILL_PDL), up to
         # PREFILL_PDL_MAX_M tokens per local expert (prefill_pdl_for)
         self.prefill_pdl = prefill_pdl_ok(platform)
-        self._ticket_buf: dict = {}
 
     def prefill_pdl_for(self, T: int) -> bool:
         """Whether a grouped-path call of T tokens launches as a PDL chain: on, and at most
@@ -249,25 +248,7 @@ class TritonExperts(Experts):
         y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce, dt)
         if y is not None:
             bufs["y"] = y
-        if self.fuses_requant(c1):
-            qdt = torch.int8 if self.scheme.method == QuantMethod.INT8_CHANNEL else torch.float8_e4m3fn
-            bufs["hq"] = ((M * topk, c.intermediate_size), qdt)
-            bufs["hs"] = ((M * topk, 1), torch.float32)
         return WorkspaceSpec(bufs)
-
-    def fuses_requant(self, c1: dict) -> bool:
-        """Whether GEMM1 (launch config ``c1``, key REQUANT) quantizes h per token itself
-        (grouped_gemm.gemm1_act ``requant``): per-token dynamic schemes only."""
-        return (bool(c1.get("REQUANT")) and self.weights.a2_scale is None
-                and self.scheme.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL))
-
-    def _tickets(self, device, n: int) -> torch.Tensor:
-        """int32 zeros, >= n of them, for the fused requantization's per-m-block tickets (the
-        kernel leaves them at zero; grown, never shrunk)."""
-        t = self._ticket_buf.get(device)
-        if t is None or t.numel() < n:
-            t = self._ticket_buf[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-        return t
 
     def weight_and_reduce(self):
         return NoOpWeightAndReduce()
@@ -424,13 +405,10 @@ class TritonExperts(Experts):
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
         pdl = self.prefill_pdl_for(T)
-        rq = None
-        if self.fuses_requant(c1):   # GEMM1 quantizes h per token itself: no requantization launch
-            rq = (ws["hq"], ws["hs"], self._tickets(x.device, align.max_padded // c1["BLOCK_SIZE_M"]))
         h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias,
                       swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                      config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, requant=rq, **q)
-        h, h_scale = (rq[0], rq[1]) if rq is not None else self._quant(h, w.a2_scale, pdl=pdl)
+                      config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
+        h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
         return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                      config=c2, reduce=self.reduce, workspace=ws.get("y"),
@@ -460,8 +438,6 @@ def _extras(c: dict) -> str:
         out += f" persistent{c['PERSISTENT']}" + (" flat" if c.get("FLATTEN") else "")
     if c.get("RESCALE"):
         out += " rescale"
-    if c.get("REQUANT"):
-        out += " requant(h per token in GEMM1)"
     return out
 
 

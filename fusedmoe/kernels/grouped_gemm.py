@@ -66,7 +66,7 @@ except ImportError:  # pragma: no cover
 
 from .align import AlignResult, align_block_size
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import _abs_bits, _bitwise_fp8, _quantize, _scale_from_amax_bits, gdc_launch_dependents, gdc_wait
+from .quantize import gdc_launch_dependents, gdc_wait
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
            "gemm2_workspace_spec", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
@@ -77,7 +77,6 @@ ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3,
 QUANT_MODES = ("none", "tensor", "channel", "block")
 REDUCE_MODES = ("deterministic", "atomic")
 _NO_ACT = -1
-_REQUANT_ROWS = 8      # h rows the fused requantization (gemm1_act ``requant``) quantizes at once
 
 
 # ----------------------------------------------------------------------------------------
@@ -152,38 +151,6 @@ def _rescale(acc, pa, ca, pb, cb, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, 
 
 
 @triton.jit
-def _requant_block(pid_m, c_ptr, stride_cm, q_ptr, qs_ptr, tick_ptr, stride_qm, sorted_ids_ptr, num_pairs,
-                   N_OUT, QUANT_H: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, QROWS: tl.constexpr, BLOCK_I: tl.constexpr):
-    """GEMM1's per-token requantization of h, done by the last program of each m-block.
-
-    Every program of m-block ``pid_m`` takes its ticket after storing its h tile (acq_rel,
-    after a CTA barrier, as decode_tc._publish); the one that finds the other n-tiles done
-    re-reads the block's whole h rows (L2, bypassing L1), writes q [n, I] (fp8 / int8) and
-    the row scales qs [n, 1] with the row quantizer's math (bitwise what the separate
-    kernel gives), and puts the ticket back to 0 for the next launch."""
-    tl.debug_barrier()
-    t = tl.atomic_add(tick_ptr + pid_m, 1, sem="acq_rel", scope="gpu")
-    if t == tl.cdiv(N_OUT, BLOCK_N) - 1:
-        tl.store(tick_ptr + pid_m, 0)
-        cols = tl.arange(0, BLOCK_I)[None, :]
-        for r0 in range(0, BLOCK_M, QROWS):
-            slots = tl.load(sorted_ids_ptr + pid_m * BLOCK_M + r0 + tl.arange(0, QROWS))
-            ok = slots < num_pairs
-            r64 = tl.where(ok, slots, 0).to(tl.int64)[:, None]
-            m = ok[:, None] & (cols < N_OUT)
-            x = tl.load(c_ptr + r64 * stride_cm + cols, mask=m, other=0.0, cache_modifier=".cg")
-            if QUANT_H == 1:
-                s = _scale_from_amax_bits(tl.max(_abs_bits(x), axis=1), 448.0, False)
-                q = _quantize(x, s[:, None], "fp8", BITWISE_FP8)
-            else:
-                s = _scale_from_amax_bits(tl.max(_abs_bits(x), axis=1), 127.0, False)
-                q = _quantize(x, s[:, None], "int8", BITWISE_FP8)
-            tl.store(qs_ptr + r64, s[:, None], mask=ok[:, None])
-            tl.store(q_ptr + r64 * stride_qm + cols, q, mask=m)
-
-
-@triton.jit
 def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of linear tile ``tile`` of a num_m x num_pid_n grid of tiles.
 
@@ -206,14 +173,13 @@ def _gemm_tile(
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
     stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha, q_ptr, qs_ptr, tick_ptr, stride_qm,
+    limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
-    QUANT_H: tl.constexpr, BITWISE_FP8: tl.constexpr, QROWS: tl.constexpr, BLOCK_I: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
@@ -390,9 +356,6 @@ def _gemm_tile(
         tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
     else:
         tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-    if QUANT_H > 0:
-        _requant_block(pid_m, c_ptr, stride_cm, q_ptr, qs_ptr, tick_ptr, stride_qm, sorted_ids_ptr, num_pairs,
-                       N_OUT, QUANT_H, BITWISE_FP8, BLOCK_M, BLOCK_N, QROWS, BLOCK_I)
 
 
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
@@ -403,14 +366,13 @@ def _moe_gemm_kernel(
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
     stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha, q_ptr, qs_ptr, tick_ptr, stride_qm,
+    limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr, ALIGN_BM: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
-    QUANT_H: tl.constexpr, BITWISE_FP8: tl.constexpr, QROWS: tl.constexpr, BLOCK_I: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -440,10 +402,9 @@ def _moe_gemm_kernel(
                 stride_am, stride_ak, stride_be, stride_bn, stride_bk,
                 stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
                 stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-                limit, alpha, q_ptr, qs_ptr, tick_ptr, stride_qm,
+                limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                QUANT_H, BITWISE_FP8, QROWS, BLOCK_I,
                 BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M)
@@ -459,10 +420,9 @@ def _moe_gemm_kernel(
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
             stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
             stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-            limit, alpha, q_ptr, qs_ptr, tick_ptr, stride_qm,
+            limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            QUANT_H, BITWISE_FP8, QROWS, BLOCK_I,
             BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
@@ -548,7 +508,7 @@ def _num_sms(device: torch.device) -> int:
 
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
-            quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False, requant=None):
+            quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
     assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
@@ -568,14 +528,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     # int8 dot cannot accumulate into fp32, so that pair keeps the separate per-group dot
     rescale = 3 in (a_mode, b_mode) and bool(config.get("RESCALE", False)) and not (
         a.dtype == torch.int8 and b.dtype == torch.int8)
-    quant_h, bitwise_fp8, rq_args = 0, False, (a, a, a, 0)
-    if requant is not None:                      # gemm1_act's fused per-token requantization of h
-        rq, rs, rt = requant
-        assert act >= 0 and split == 1 and rq.shape == c.shape and rs.is_contiguous() and rs.numel() == rq.shape[0] \
-            and rt.dtype == torch.int32 and rt.numel() >= num_m_blocks, "requant: (q like h, scales [n, 1], tickets)"
-        quant_h = 2 if rq.dtype == torch.int8 else 1
-        bitwise_fp8 = quant_h == 1 and _bitwise_fp8(rq)
-        rq_args = (rq.view(torch.uint8) if bitwise_fp8 else rq, rs, rt, rq.stride(0))
     b_desc = None
     if config.get("USE_TMA", False) and TensorDescriptor is not None and _tma_ok(b):
         b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
@@ -593,7 +545,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         stride_cs, s_cm, s_cn, s_bias_e, s_bias_n,
         sam, sak, sbe, sbn, sbk,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
-        *rq_args,
     ), dict(
         A_DIV=a_div, C_DIV=c_div, ALIGN_BM=align.block_m,
         GATED=act in (0, 1, 2, 3), ACT=act, HAS_LIMIT=swiglu_limit is not None, HAS_BIAS=bias is not None,
@@ -603,8 +554,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None, RESCALE=rescale,
         SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0,
-        QUANT_H=quant_h, BITWISE_FP8=bitwise_fp8,
-        QROWS=_REQUANT_ROWS, BLOCK_I=next_power_of_2(n_out) if quant_h else 16,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
@@ -615,7 +564,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
               swiglu_limit: Optional[float] = None, alpha: float = 1.702, limit: float = 7.0,
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
               b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
-              pdl: bool = False, requant: Optional[tuple] = None) -> torch.Tensor:
+              pdl: bool = False) -> torch.Tensor:
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -628,10 +577,6 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     ``block_shape`` = (bn, bk)); a_scale None = 16-bit x with 8-bit weights (weight-only).
     ``pdl`` (sm90+, triton with griddepcontrol): a programmatic dependent launch (its
     programs may start while the previous kernel drains, and wait for it before any load).
-    ``requant`` = (q [n, I] fp8 or int8, scales fp32 [n, 1], tickets int32 [>= m-blocks],
-    zero): h is also quantized per row (per token) as ``quantize.quant_fp8_token`` /
-    ``quant_int8_token`` would, by the last program of each m-block (``_requant_block``), so
-    no separate requantization launch reads h back from HBM. The tickets are left at zero.
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
@@ -642,7 +587,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
         config = dict(config, SPLIT_K=1)   # a split before a nonlinear epilogue would be wrong
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl, requant=requant)
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl)
     return out
 
 
