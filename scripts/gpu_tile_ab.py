@@ -17,23 +17,17 @@ import tempfile
 _R = dict(RESCALE=True, PERSISTENT=0, FLATTEN=False)   # block scales applied to the accumulator
 _T128 = dict(_R, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=3)
 _T64 = dict(_R, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=3)
-CASES = [   # session 8: fp8_block with RESCALE (scales multiply the accumulator before each K
-    # group's dot instead of a second tile per dot): fewer registers, so larger tiles; a 6th
-    # item names the scheme (default bf16)
-    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
-        ("both R", [("gemm1", dict(RESCALE=True)), ("gemm2", dict(RESCALE=True))]),
-        ("g1 64x128 R", "gemm1", _T64),
-        ("g1 128x128 R", [("gemm1", _T128), ("gemm2", dict(RESCALE=True))]),
-        ("g1,g2 128x128 R", [("gemm1", _T128), ("gemm2", _T128)]),
-        ("g1 128x128 g2 128x256 R", [("gemm1", _T128), ("gemm2", dict(_T128, BLOCK_SIZE_N=256))]),
-        ("g1,g2 64x128 R", [("gemm1", _T64), ("gemm2", dict(_T64, num_stages=4))]),
-    ], "fp8_block"),
-    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
-        ("both R", [("gemm1", dict(RESCALE=True)), ("gemm2", dict(RESCALE=True))]),
-        ("g1 64x128 R", "gemm1", _T64),
-        ("g1 128x128 R", "gemm1", _T128),
-        ("g1,g2 128x128 R", [("gemm1", _T128), ("gemm2", _T128)]),
-    ], "fp8_block"),
+_G2 = dict(PERSISTENT=0, FLATTEN=False, GROUP_SIZE_M=8, USE_TMA=True, BLOCK_SIZE_K=64)
+CASES = [   # session 8, last call: deepseek-v3 tp8 bf16 GEMM2 (K = I = 256, y [T*k, H] written at
+    # ~40% of copy bandwidth) with tiles whose shared memory / registers let 2-3 CTAs share an
+    # SM, so one's stores overlap another's loads (the shipped 128x256 4 stages holds one)
+    ("deepseek-v3", 8, T, "E=256,N=256,", [
+        ("g2 128x128 w8 s3", "gemm2", dict(_G2, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=3)),
+        ("g2 128x128 w8 s2", "gemm2", dict(_G2, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=2)),
+        ("g2 64x256 w4 s3", "gemm2", dict(_G2, BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, num_warps=4, num_stages=3)),
+        ("g2 64x128 w4 s3", "gemm2", dict(_G2, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=3)),
+        ("g2 128x256 w8 s2", "gemm2", dict(_G2, BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, num_warps=8, num_stages=2)),
+    ]) for T in (16384, 4096)
 ]
 
 
