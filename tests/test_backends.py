@@ -232,6 +232,27 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
         check(pe, cfg, w, mk.x(cfg, T, seed=22).to(dev), mk.logits(cfg, T, seed=23).to(dev))
 
 
+@pytest.mark.parametrize("feature", ["plain", "bias_ep"])
+def test_triton_fp8_block_rescale_through_the_layer(mk, feature):
+    # fp8_block on the grouped path with RESCALE (block scales applied to the accumulator in
+    # place) and with the per-group dot: both within the scheme's tolerance of the reference
+    # and within fp32 rounding of each other; the selection report names the variant
+    from fusedmoe.backends.triton import _extras
+    from fusedmoe.tuning import override
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", **kw)
+    w = mk.weights(cfg, "fp8_block", seed=41).to(dev)
+    x, logits = mk.x(cfg, 21, seed=42).to(dev), mk.logits(cfg, 21, seed=43).to(dev)
+    c = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=2, num_warps=4, num_stages=2)
+    outs = []
+    for rescale in (False, True):
+        with override((dict(c, RESCALE=rescale), dict(c, RESCALE=rescale))):
+            outs.append(check(build("triton", cfg, w), cfg, w, x, logits)[0])
+    assert rel_error(outs[1], outs[0]) < 1e-5
+    assert _extras(dict(c, RESCALE=True)).endswith(" rescale") and "rescale" not in _extras(c)
+
+
 def test_triton_decode_pair_bounds(monkeypatch):
     # the measured crossovers (backends/triton.py docstring): 16-bit E/4; W8A8 with 16-bit
     # activations min(E/4, 32); W8A8 quantized (a8) E/16; tensor cores (tc, auto) min(E/2, 128)
