@@ -253,6 +253,29 @@ def test_triton_fp8_block_rescale_through_the_layer(mk, feature):
     assert _extras(dict(c, RESCALE=True)).endswith(" rescale") and "rescale" not in _extras(c)
 
 
+@pytest.mark.parametrize("rescale", [False, True])
+@pytest.mark.parametrize("scheme", ["fp8_block", "fp8_channel"])
+def test_triton_grouped_nan_token_stays_in_its_row(mk, scheme, rescale):
+    # grouped path: a NaN in token 3 makes output row 3 NaN (its activation scales are NaN:
+    # never a finite garbage row) and leaves the other rows as a clean run gives them
+    from fusedmoe.tuning import override
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32")
+    w = mk.weights(cfg, scheme, seed=51).to(dev)
+    x = mk.x(cfg, 21, seed=52).to(dev)
+    x[3, 7] = float("nan")
+    res = route(mk.logits(cfg, 21, seed=53).to(dev), cfg.top_k, cfg.routing)
+    c = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=2, num_warps=4, num_stages=2,
+             RESCALE=rescale)
+    keep = [i for i in range(21) if i != 3]
+    with override((c, c)):
+        pe = build("triton", cfg, w)
+        out = pe(x, res.topk_weights, res.topk_ids)
+        clean = pe(x[keep], res.topk_weights[keep], res.topk_ids[keep])
+    assert torch.isnan(out[3]).all()
+    assert torch.isfinite(out[keep]).all() and torch.equal(out[keep], clean)
+
+
 def test_triton_decode_pair_bounds(monkeypatch):
     # the measured crossovers (backends/triton.py docstring): 16-bit E/4; W8A8 with 16-bit
     # activations min(E/4, 32); W8A8 quantized (a8) E/16; tensor cores (tc, auto) min(E/2, 128)
