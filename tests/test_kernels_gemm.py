@@ -357,6 +357,25 @@ def test_quant_gemm1_and_gemm2(case, variant):
     assert _rel(out, ref2) < 1e-5
 
 
+def test_block_rescale_intermediate_not_a_multiple_of_the_block():
+    # I = 40 with bn = 32: the up rows start mid-group, so a BN 16 tile of them can straddle
+    # two weight-scale groups; RESCALE must then use the per-column scales (exact here:
+    # small integers and power-of-two scales)
+    T, k, I_ = 19, K_TOP, 40
+    x = _int_operands((T, H), -4, 5, torch.float8_e4m3fn, 61)
+    w13 = _int_operands((E, 2 * I_, H), -4, 5, torch.float8_e4m3fn, 62)
+    a1 = _pow2((T, H // 32), 63)
+    b1 = _pow2((E, -(-2 * I_ // 32), H // 32), 64)
+    tw, ids = _routing(T, E, k)
+    res = align_block_size(ids, 16, E)
+    ref = gemm1_act_ref(x, w13, ids, "silu", quant="block", a_scale=a1, b_scale=b1, block=(32, 32))
+    for cfg in (SMALL, dict(SMALL, RESCALE=True)):
+        h = torch.empty(T * k, I_, device=DEV)
+        gemm1_act(x, w13, res, k, "silu", h, config=cfg, quant="block", a_scale=a1, b_scale=b1,
+                  block_shape=(32, 32))
+        assert _rel(h, ref) < 1e-5, cfg
+
+
 def test_block_rescale_real_scales_and_zero_weight_block():
     # RESCALE against the per-group dot on scales spanning 10^-4..10^2 (not powers of two:
     # the ratios round, ~1e-7 a group) with one weight block whose scale is 0 (its codes

@@ -559,7 +559,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         EVEN_K=K % BK == 0, FP32_IEEE=a_dt == torch.float32,
         INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None, RESCALE=rescale,
-        SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0,
+        SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0 and n_out % gn == 0,   # tiles inside one group
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
