@@ -71,23 +71,35 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
     return triton.compile(ASTSource(kernel, sig, consts, attrs), target=target, options=opts)
 
 
+def _fake_align(E: int, T: int, k: int):
+    """An AlignResult of the right sizes (block_m 128) for compiling, never launched."""
+    from fusedmoe.kernels.align import AlignResult
+    n = T * k
+    return AlignResult(torch.zeros(n + E * 128, dtype=torch.int32), torch.zeros((n + E * 128) // 128, dtype=torch.int32),
+                       torch.zeros(1, dtype=torch.int32), topk_ids=torch.zeros(T, k, dtype=torch.int32),
+                       num_experts=E, block_m=128, num_pairs=n)
+
+
+def _capture(gg):
+    """Replace ``gg.launch`` by a recorder: (the list of launch specs it fills, the real launch
+    to put back)."""
+    captured, real = [], gg.launch
+    gg.launch = lambda kernel, grid, args, constexprs, num_warps=4, num_stages=3, launch_pdl=False: captured.append(
+        (kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl))
+    return captured, real
+
+
 def grouped_cases() -> list:
     """Prefill GEMMs (kernels/grouped_gemm.py) at qwen3-30b-a3b's T=16384 tiles: bf16, and
     the W8A8 per-token path (fp8 and int8, per-row A scales), one tile per program and
     persistent + flattened: the launch specs ``_launch`` builds, captured, not launched."""
     from fusedmoe.kernels import grouped_gemm as gg
-    from fusedmoe.kernels.align import AlignResult
-    captured = []
-    real = gg.launch
-    gg.launch = lambda kernel, grid, args, constexprs, num_warps=4, num_stages=3, launch_pdl=False: captured.append(
-        (kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl))
+    captured, real = _capture(gg)
     try:
         bf, fp8, i8 = torch.bfloat16, torch.float8_e4m3fn, torch.int8
         E, H, I, k, T = 128, 2048, 768, 8, 4096
         n = T * k
-        align = AlignResult(torch.zeros(n + E * 128, dtype=torch.int32),
-                            torch.zeros((n + E * 128) // 128, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
-                            topk_ids=torch.zeros(T, k, dtype=torch.int32), num_experts=E, block_m=128, num_pairs=n)
+        align = _fake_align(E, T, k)
         c1 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=16, num_warps=8, num_stages=4)
         c2 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
         out = []
@@ -122,42 +134,29 @@ def block_cases() -> list:
     """Prefill GEMMs with 128x128 fp8 block scales at deepseek-v3 tp8's shape: the shipped
     tiles (per-group dot) and larger ones with RESCALE (scales applied to the accumulator)."""
     from fusedmoe.kernels import grouped_gemm as gg
-    from fusedmoe.kernels.align import AlignResult
-    captured = []
-    real = gg.launch
-    gg.launch = lambda kernel, grid, args, constexprs, num_warps=4, num_stages=3, launch_pdl=False: captured.append(
-        (kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl))
+    captured, real = _capture(gg)
     fp8, bf = torch.float8_e4m3fn, torch.bfloat16
     E, H, I, k, T = 256, 7168, 256, 8, 4096
     n = T * k
-    align = AlignResult(torch.zeros(n + E * 128, dtype=torch.int32),
-                        torch.zeros((n + E * 128) // 128, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
-                        topk_ids=torch.zeros(T, k, dtype=torch.int32), num_experts=E, block_m=128, num_pairs=n)
+    align = _fake_align(E, T, k)
     q = dict(quant="block", block_shape=(128, 128))
     out = []
     try:
-        for label, c in (("64x64 w4", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=3)),
-                         ("128x128 w8 rescale", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8,
-                                                     num_stages=3, RESCALE=True)),
-                         ("64x128 w4 rescale", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4,
-                                                    num_stages=3, RESCALE=True))):
-            c = dict(c, BLOCK_SIZE_K=128, GROUP_SIZE_M=8)
+        g1 = lambda c: gg.gemm1_act(  # noqa: E731
+            torch.empty(T, H, dtype=fp8), torch.empty(E, 2 * I, H, dtype=fp8), align, k, "silu",
+            torch.empty(n, I, dtype=bf), config=c, a_scale=torch.empty(T, H // 128),
+            b_scale=torch.empty(E, 2 * I // 128, H // 128), **q)
+        g2 = lambda c: gg.gemm2(  # noqa: E731
+            torch.empty(n, I, dtype=fp8), torch.empty(E, H, I, dtype=fp8), align, torch.empty(T, k),
+            torch.empty(T, H, dtype=bf), config=c, a_scale=torch.empty(n, I // 128),
+            b_scale=torch.empty(E, H // 128, I // 128), workspace=torch.empty(1, n, H, dtype=bf), **q)
+        for name, run, bm, bn, w, st, r in (("gemm1", g1, 64, 64, 4, 3, False), ("gemm1", g1, 128, 128, 8, 3, True),
+                                            ("gemm1", g1, 64, 128, 4, 3, True), ("gemm2", g2, 64, 128, 4, 4, False),
+                                            ("gemm2", g2, 128, 256, 8, 3, True), ("gemm2", g2, 128, 128, 8, 3, True)):
             captured.clear()
-            gg.gemm1_act(torch.empty(T, H, dtype=fp8), torch.empty(E, 2 * I, H, dtype=fp8), align, k, "silu",
-                         torch.empty(n, I, dtype=bf), config=c, a_scale=torch.empty(T, H // 128),
-                         b_scale=torch.empty(E, 2 * I // 128, H // 128), **q)
-            out.append((f"block gemm1 {label}", captured[0]))
-        for label, c in (("64x128 w4", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=4)),
-                         ("128x256 w8 rescale", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, num_warps=8,
-                                                     num_stages=3, RESCALE=True)),
-                         ("128x128 w8 rescale", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8,
-                                                     num_stages=3, RESCALE=True))):
-            c = dict(c, BLOCK_SIZE_K=128, GROUP_SIZE_M=8)
-            captured.clear()
-            gg.gemm2(torch.empty(n, I, dtype=fp8), torch.empty(E, H, I, dtype=fp8), align, torch.empty(T, k),
-                     torch.empty(T, H, dtype=bf), config=c, a_scale=torch.empty(n, I // 128),
-                     b_scale=torch.empty(E, H // 128, I // 128), workspace=torch.empty(1, n, H, dtype=bf), **q)
-            out.append((f"block gemm2 {label}", captured[0]))
+            run(dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, GROUP_SIZE_M=8, num_warps=w, num_stages=st,
+                     RESCALE=r))
+            out.append((f"block {name} {bm}x{bn} w{w}" + (" rescale" if r else ""), captured[0]))
     finally:
         gg.launch = real
     return out

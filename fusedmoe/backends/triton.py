@@ -108,6 +108,11 @@ def decode_pdl_ok(platform) -> bool:
 PREFILL_PDL_MAX_M = 64
 
 
+def prefill_pdl_bound(config: MoEConfig, T: int) -> bool:
+    """T tokens give at most PREFILL_PDL_MAX_M (token, slot) pairs per local expert."""
+    return T * config.top_k <= PREFILL_PDL_MAX_M * config.num_local_experts
+
+
 def prefill_pdl_ok(platform) -> bool:
     """Programmatic dependent launches on the grouped path (GEMM1 after the alignment, the
     requantization, GEMM2, the reduce): as ``decode_pdl_ok`` with FUSEDMOE_PREFILL_PDL."""
@@ -206,7 +211,7 @@ class TritonExperts(Experts):
     def prefill_pdl_for(self, T: int) -> bool:
         """Whether a grouped-path call of T tokens launches as a PDL chain: on, and at most
         PREFILL_PDL_MAX_M (token, slot) pairs per local expert."""
-        return self.prefill_pdl and T * self.config.top_k <= PREFILL_PDL_MAX_M * self.config.num_local_experts
+        return self.prefill_pdl and prefill_pdl_bound(self.config, T)
 
     # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
     def configs(self, T: int):
@@ -472,7 +477,7 @@ def _variants(config, quant, platform):
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
                          + ("; GEMM1, GEMM2 and the reduce (and a requantization between) as programmatic "
                             "dependent launches" if prefill_pdl_ok(platform)
-                            and T * config.top_k <= PREFILL_PDL_MAX_M * config.num_local_experts else ""))
+                            and prefill_pdl_bound(config, T) else ""))
     return out
 
 

@@ -222,7 +222,7 @@ def _gemm_tile(
     if A_SCALE == 3:
         as_ptrs = a_scale_ptr + a_rows * stride_asm                             # [BM]
     if B_SCALE == 3:
-        if SB_SCALAR:     # BN divides bn: one weight scale a (tile, K group), a scalar
+        if SB_SCALAR:     # BN divides bn, bn divides N: one weight scale a (tile, K group)
             bs_ptrs = b_scale_ptr + e * stride_bse + ((pid_n * BLOCK_N) // GROUP_N) * stride_bsn
             bs_up_ptrs = b_scale_ptr + e * stride_bse + ((pid_n * BLOCK_N + N_OUT) // GROUP_N) * stride_bsn
         else:
