@@ -30,6 +30,12 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | grouped path's activation rounding); ``tc`` as a8, with the   |
 |                             | GEMMs on the tensor cores (kernels/decode_tc.py); ``auto``    |
 |                             | (default): a16 for one token, tc for more (the fastest each)  |
+| FUSEDMOE_H_QUANT            | where the ``triton`` grouped path quantizes GEMM2's input h   |
+|                             | for fp8_block / fp8_channel: ``kernel`` (default): 16-bit h,  |
+|                             | then a quantization kernel applying the scheme's own rule;    |
+|                             | ``epilogue``: in GEMM1's epilogue, fp8 in 1 x g groups        |
+|                             | (fp8_block: its own 1 x bk; fp8_channel: 1 x 128, finer than  |
+|                             | its per-token rule). H100: epilogue 3-19% slower at T >= 4096 |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ
@@ -45,7 +51,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE")
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT")
 
 
 def backend() -> str | None:
@@ -115,6 +121,18 @@ def w8a8_decode() -> str:
     if v not in ("auto", "a16", "a8", "tc"):
         raise ConfigError("FUSEDMOE_W8A8_DECODE", v, "'auto', 'a16', 'a8' or 'tc'",
                           "unset it (auto: a16 for one token, tc above) or set FUSEDMOE_W8A8_DECODE=a16 / a8 / tc")
+    return v
+
+
+def h_quant() -> str:
+    """FUSEDMOE_H_QUANT: 'kernel' (default) or 'epilogue'; a clear error otherwise."""
+    v = os.environ.get("FUSEDMOE_H_QUANT", "").strip().lower()
+    if not v:
+        return "kernel"
+    if v not in ("epilogue", "kernel"):
+        raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue' or 'kernel'",
+                          "unset it (kernel: 16-bit h, then the scheme's own quantization kernel) or set "
+                          "FUSEDMOE_H_QUANT=epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
     return v
 
 

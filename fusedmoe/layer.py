@@ -114,6 +114,14 @@ class PreparedExperts:
         f = getattr(self.kernel.experts, "quantizes_activations", None)
         return f(num_tokens) if f is not None else self.weights.scheme.method.quantizes_activations
 
+    def h_group(self, num_tokens: int):
+        """g where a call with ``num_tokens`` tokens quantizes GEMM2's input h in fp8 1 x g
+        groups instead of by the scheme's own rule (the ``triton`` backend's fp8_channel
+        prefill, FUSEDMOE_H_QUANT=epilogue): its math is ``reference_moe(..., h_group=g)``.
+        None otherwise."""
+        f = getattr(self.kernel.experts, "h_group", None)
+        return f(num_tokens) if f is not None else None
+
     def run(self, x, topk_weights, topk_ids):
         """Without the input checks (the custom op calls this after checking)."""
         # kernels index with plain row-major strides: make views contiguous (free when they are)

@@ -162,6 +162,50 @@ def block_cases() -> list:
     return out
 
 
+def epilogue_cases() -> list:
+    """h quantized in GEMM1's epilogue (FUSEDMOE_H_QUANT=epilogue): qwen3 fp8_channel GEMM1 with
+    one and two 1 x 128 groups a tile and its GEMM2 (group-scaled h, channel-scaled w2,
+    RESCALE); deepseek-v3 tp8 fp8_block GEMM1 (1 x 128 groups, RESCALE)."""
+    from fusedmoe.kernels import grouped_gemm as gg
+    captured, real = _capture(gg)
+    fp8 = torch.float8_e4m3fn
+    out = []
+    try:
+        E, H, I, k, T = 128, 2048, 768, 8, 4096
+        n = T * k
+        align = _fake_align(E, T, k)
+        ch = dict(quant="channel")
+        for bm, bn, w, st in ((128, 128, 8, 4), (64, 256, 8, 3)):
+            captured.clear()
+            gg.gemm1_act(torch.empty(T, H, dtype=fp8), torch.empty(E, 2 * I, H, dtype=fp8), align, k, "silu",
+                         torch.empty(n, I, dtype=fp8), out_group=128, out_scale=torch.empty(n, I // 128),
+                         a_scale=torch.empty(T, 1), b_scale=torch.empty(E, 2 * I), **ch,
+                         config=dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, GROUP_SIZE_M=8,
+                                     num_warps=w, num_stages=st))
+            out.append((f"epilogue gemm1 fp8_channel {bm}x{bn}", captured[0]))
+        for bm, w, st in ((128, 8, 4), (64, 4, 2)):
+            captured.clear()
+            gg.gemm2(torch.empty(n, I, dtype=fp8), torch.empty(E, H, I, dtype=fp8), align, torch.empty(T, k),
+                     torch.empty(T, H, dtype=torch.bfloat16), a_scale=torch.empty(n, I // 128), a_group=128,
+                     b_scale=torch.empty(E, H), workspace=torch.empty(1, n, H, dtype=torch.bfloat16), **ch,
+                     config=dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=8,
+                                 num_warps=w, num_stages=st, RESCALE=True))
+            out.append((f"epilogue gemm2 fp8_channel {bm}x256 a-groups rescale", captured[0]))
+        E, H, I = 256, 7168, 256
+        align = _fake_align(E, T, k)
+        captured.clear()
+        gg.gemm1_act(torch.empty(T, H, dtype=fp8), torch.empty(E, 2 * I, H, dtype=fp8), align, k, "silu",
+                     torch.empty(n, I, dtype=fp8), out_group=128, out_scale=torch.empty(n, I // 128),
+                     a_scale=torch.empty(T, H // 128), b_scale=torch.empty(E, 2 * I // 128, H // 128),
+                     quant="block", block_shape=(128, 128),
+                     config=dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=8,
+                                 num_warps=8, num_stages=3, RESCALE=True))
+        out.append(("epilogue gemm1 fp8_block 128x128 rescale", captured[0]))
+    finally:
+        gg.launch = real
+    return out
+
+
 def reg_usage(cubin: bytes) -> str:
     """'REG r, LOCAL l' (registers per thread, local memory = spills) from the bundled
     cuobjdump's resource usage of the compiled cubin (no GPU needed)."""
@@ -309,6 +353,7 @@ def main() -> int:
     ]
     cases += grouped_cases()
     cases += block_cases()
+    cases += epilogue_cases()
     cases += tc_cases()
     only = sys.argv[1:]                       # label substrings: compile only those cases
     if only:

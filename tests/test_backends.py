@@ -8,7 +8,7 @@ here, ~0.5 s a call):
   - the full token sweep T in {0, 1, 7, 64, 300} for 'none' and fp8_block, with one expert
     that gets no token AND has NaN weights (a backend that reads it shows NaN).
 Backends that are not registered, or that cannot run on this machine, are skipped with the
-reasons their spec gives; the CPU backends (torch_ref, grouped_mm, emulation) must run here.
+reasons their spec gives; the CPU backends (torch_ref, grouped_mm, emulation) must run on a CPU.
 
 Legend: T tokens, E experts, k top-k, H hidden, I intermediate.
 """
@@ -69,7 +69,10 @@ def build(backend: str, cfg: MoEConfig, weights, max_num_tokens: int = 64):
     reasons = spec.evaluate(cfg, weights.scheme, plat, fmt=fmt)
     if reasons:
         why = "; ".join(str(r) for r in reasons)
-        if backend in CPU_BACKENDS and (backend, weights.scheme.method.value) not in CUDA_ONLY:
+        # the CPU backends must run on a CPU; on CUDA their specs may decline (grouped_mm
+        # there takes bfloat16 only: torch._grouped_mm), and the reason is the skip message
+        if (plat.kind == "cpu" and backend in CPU_BACKENDS
+                and (backend, weights.scheme.method.value) not in CUDA_ONLY):
             pytest.fail(f"{backend} must run on this machine but says: {why}")
         pytest.skip(f"{backend} cannot run here ({plat.kind}, {cfg.dtype}): {why}")
     pe = prepare_experts(cfg, weights, backend, fmt=fmt, max_num_tokens=max_num_tokens)
@@ -83,7 +86,8 @@ def check(pe, cfg, weights, x, logits, bias=None):
     tw, ti = res.topk_weights, res.topk_ids
     out = pe(x, tw, ti)
     qa = pe.quantizes_activations(x.shape[0])     # triton's decode keeps W8A8 activations 16-bit
-    ref = reference_moe(x, weights, tw, ti, cfg, quantize_activations=qa)
+    ref = reference_moe(x, weights, tw, ti, cfg, quantize_activations=qa,
+                        h_group=pe.h_group(x.shape[0]))       # triton's fp8_channel h groups
     assert out.shape == x.shape and out.dtype == x.dtype
     tol = tolerance(cfg.dtype, weights.scheme.method if qa else "none")
     err = rel_error(out, ref)
@@ -274,6 +278,49 @@ def test_triton_grouped_nan_token_stays_in_its_row(mk, scheme, rescale):
         clean = pe(x[keep], res.topk_weights[keep], res.topk_ids[keep])
     assert torch.isnan(out[3]).all()
     assert torch.isfinite(out[keep]).all() and torch.equal(out[keep], clean)
+
+
+@pytest.mark.parametrize("scheme,I_", [("fp8_block", 128), ("fp8_channel", 192)])
+def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
+    # FUSEDMOE_H_QUANT: 'epilogue' (GEMM1 writes fp8 h in 1 x g groups, no requantization
+    # kernel) and 'kernel' (16-bit h, then the scheme's quantizer) both match the reference of
+    # the math they do: fp8_block's own 1 x 128 rule either way; fp8_channel per-token with
+    # 'kernel', 1 x 128 groups with 'epilogue' (I = 192: a partial second group, wrapped tile
+    # columns). A NaN token stays in its row. The report names the epilogue quantization.
+    from fusedmoe.backends.triton import _variants
+    from fusedmoe.tuning import override
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = mk.config(E=8, k=2, H=256, I=I_, dtype="float32")
+    w = mk.weights(cfg, scheme, seed=61).to(dev)
+    x, logits = mk.x(cfg, 23, seed=62).to(dev), mk.logits(cfg, 23, seed=63).to(dev)
+    c1 = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=2, num_warps=4, num_stages=2)
+    c2 = dict(c1, BLOCK_SIZE_N=32)
+    outs = {}
+    for mode in ("kernel", "epilogue"):
+        monkeypatch.setenv("FUSEDMOE_H_QUANT", mode)
+        with override((c1, c2)):
+            pe = build("triton", cfg, w)
+            g = pe.kernel.experts._h_epilogue(23, c1, c2)
+            assert g == (128 if mode == "epilogue" else 0)  # (kernel: the default)
+            assert pe.h_group(23) == (128 if mode == "epilogue" and scheme == "fp8_channel" else None)
+            outs[mode] = check(pe, cfg, w, x, logits)[0]
+            xn = x.clone()
+            xn[3, 7] = float("nan")
+            res = route(logits, cfg.top_k, cfg.routing)
+            out = pe(xn, res.topk_weights, res.topk_ids)
+            assert torch.isnan(out[3]).all() and torch.isfinite(out[torch.arange(23) != 3]).all()
+    # 'epilogue' quantizes the fp32 tile, 'kernel' its 16-bit store: a few fp8 codes differ
+    assert rel_error(outs["epilogue"], outs["kernel"]) < (2e-2 if scheme == "fp8_block" else 6e-2)
+    with override((c1, c2)):
+        line = _variants(cfg, w.scheme, Platform.current())["T=1024"]
+    assert "h quantized in GEMM1's epilogue (fp8, 1 x 128 groups" in line
+    assert ("finer than the scheme's per-token rule" in line) == (scheme == "fp8_channel")
+    from fusedmoe import env
+    monkeypatch.delenv("FUSEDMOE_H_QUANT")
+    assert env.h_quant() == "kernel"                       # the default: measured faster (env.py)
+    monkeypatch.setenv("FUSEDMOE_H_QUANT", "fast")
+    with pytest.raises(ValueError, match="FUSEDMOE_H_QUANT='fast'.*accepted: 'epilogue' or 'kernel'"):
+        build("triton", cfg, w)
 
 
 def test_triton_decode_pair_bounds(monkeypatch):

@@ -52,7 +52,8 @@ def _check(cfg, w, x, tw, ti, backend="triton", fmt="standard", **kw):
         ref = torch.cat([reference_moe(x[i:i + C], w, tw[i:i + C], ti[i:i + C], cfg)
                          for i in range(0, x.shape[0], C)])
     else:       # (the triton decode path keeps W8A8 activations 16-bit: FUSEDMOE_W8A8_DECODE)
-        ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=pe.quantizes_activations(x.shape[0]))
+        ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=pe.quantizes_activations(x.shape[0]),
+                            h_group=pe.h_group(x.shape[0]))
     err = rel_error(out, ref)
     tol = tolerance(cfg.dtype, w.scheme.method if pe.quantizes_activations(x.shape[0]) else "none")
     assert err <= tol, (backend, fmt, err)
@@ -243,5 +244,5 @@ def test_prefill_pdl_chain_equals_plain_launches(quant, T, monkeypatch):
         assert torch.equal(a, outs["0"][0])
     qa = pe.quantizes_activations(T)
     assert qa == (quant != "none")
-    ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=qa)
+    ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=qa, h_group=pe.h_group(T))
     assert rel_error(outs["1"][0], ref) <= tolerance(cfg.dtype, quant)

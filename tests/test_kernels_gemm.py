@@ -402,6 +402,61 @@ def test_block_rescale_real_scales_and_zero_weight_block():
     assert _rel(outs["rescale"], outs["group-dot"]) < 1e-5
 
 
+@pytest.mark.parametrize("I_,bn,x_dt,pow2", [(48, 16, torch.float16, False), (40, 32, torch.float16, False),
+                                              (48, 32, torch.float8_e4m3fn, False), (40, 16, torch.float16, True)])
+def test_gemm1_quantizes_h_in_1xg_groups(I_, bn, x_dt, pow2):
+    # GEMM1 writing h as fp8 in 1 x 16 groups from its fp32 epilogue tile: the reference's
+    # quant_fp8_group of gemm1_act_ref. I = 40 with BN 32: two groups a tile, the second
+    # tile's last group partial (8 columns) and its wrapped columns outside every amax.
+    # A NaN in one token's x makes that token's groups NaN (scale NaN), no other row.
+    # pow2: scales rounded up to powers of two (DeepSeek-V3's UE8M0-style activation scales).
+    from fusedmoe.reference.quant import dequant_fp8_group, quant_fp8_group
+    T, k, G = 29, K_TOP, 16
+    fp8 = x_dt == torch.float8_e4m3fn
+    g = torch.Generator().manual_seed(71)
+    x = (torch.randn(T, H, generator=g) * (4 if fp8 else 0.5)).to(x_dt).to(DEV)
+    w13 = (torch.randn(E, 2 * I_, H, generator=g) * (4 if fp8 else 0.2)).to(x_dt).to(DEV)
+    q = dict(quant="channel", a_scale=_pow2((T, 1), 72) / 64, b_scale=_pow2((E, 2 * I_), 73) / 64) if fp8 else {}
+    if not fp8:
+        x[3, 5] = float("nan")
+    tw, ids = _routing(T, E, k, seed=5)
+    res = align_block_size(ids, 16, E)
+    hq, hs = gemm1_act(x, w13, res, k, "silu", config=dict(SMALL, BLOCK_SIZE_N=bn), out_group=G,
+                       out_pow2=pow2, **q)
+    assert hq.dtype == torch.float8_e4m3fn and hs.shape == (T * k, -(-I_ // G))
+    ref = gemm1_act_ref(x, w13, ids, "silu", **q)
+    rq, rs = quant_fp8_group(ref, G, pow2=pow2)
+    nan_rows = torch.zeros(T * k, dtype=torch.bool)
+    if not fp8:
+        nan_rows[3 * k:4 * k] = True
+        assert torch.isnan(hs[nan_rows.to(hs.device)]).all()
+    ok = ~nan_rows.to(hs.device)
+    assert torch.isfinite(hs[ok]).all()
+    assert _rel(hs[ok], rs.to(hs.device)[ok]) < 1e-5
+    deq = dequant_fp8_group(hq[ok].float(), hs[ok], G)
+    assert _frob(deq, dequant_fp8_group(rq.to(DEV)[ok].float(), rs.to(DEV)[ok], G)) < 2e-3   # rare flips
+    assert 1e-3 < _frob(deq, ref.to(DEV)[ok]) < 6e-2                                           # fp8 steps
+
+
+@pytest.mark.parametrize("rescale", [False, True])
+def test_gemm2_group_scaled_h_with_channel_weights(rescale):
+    # h fp8 with 1 x 16 group scales (GEMM1's out_group) times per-channel fp8 weights,
+    # I = 48: three groups, BK 16; exact (small integers, power-of-two scales)
+    T, k, G = 33, K_TOP, 16
+    hq = _int_operands((T * k, I), -4, 5, torch.float8_e4m3fn, 81)
+    w2 = _int_operands((E, H, I), -4, 5, torch.float8_e4m3fn, 82)
+    a2 = _pow2((T * k, I // G), 83)
+    b2 = _pow2((E, H), 84)
+    tw, ids = _routing(T, E, k, seed=6)
+    res = align_block_size(ids, 16, E)
+    cfg = dict(SMALL, BLOCK_SIZE_K=16, RESCALE=rescale)
+    out = torch.empty(T, H, device=DEV)
+    gemm2(hq, w2, res, tw, out, config=cfg, quant="channel", a_scale=a2, b_scale=b2, a_group=G)
+    h_f = hq.float() * a2.repeat_interleave(G, dim=1)
+    ref = gemm2_ref(h_f, w2, ids, tw, quant="channel", b_scale=b2)
+    assert _rel(out, ref) < 1e-5
+
+
 # ---------------------------------------------------------------------------------- configs
 def test_default_config_regimes():
     dec1 = default_config(1, 8, 2 * 14336, 4096, 2, torch.bfloat16, gemm="gemm1")   # Mixtral decode

@@ -61,6 +61,14 @@ QUANT_MODE = {QuantMethod.NONE: "none", QuantMethod.FP8_TENSOR: "tensor", QuantM
 _8BIT_DTYPE = {QuantMethod.FP8_TENSOR: torch.float8_e4m3fn, QuantMethod.FP8_CHANNEL: torch.float8_e4m3fn,
                QuantMethod.FP8_BLOCK: torch.float8_e4m3fn, QuantMethod.INT8_CHANNEL: torch.int8}
 BUCKETS = (1, 16, 64, 256, 1024, 4096, 16384)
+# FUSEDMOE_H_QUANT=epilogue: fp8_channel's h leaves GEMM1 in 1 x 128 fp8 groups (fp8_block's in
+# its own 1 x bk); a finer grid than fp8_channel's per-token rule, so the reference is told
+# (TritonExperts.h_group, reference_moe(..., h_group=)). Not the default: H100, fusedmoe bench,
+# two rounds (docs/BENCHMARKS.md, ninth session): qwen3 fp8_channel T=4096 616 -> 689 us,
+# T=16384 1908 -> 2285; deepseek-v3 tp8 fp8_block T=4096 1265 -> 1324, T=16384 3752 -> 3860;
+# T=1024 even. GEMM2 with group-scaled h must scale its accumulator per K group (RESCALE),
+# which per-token scales never need; GEMM1's epilogue grows.
+H_GROUP_CHANNEL = 128
 # fp8 tensor cores arrive with sm89 (Ada/Hopper); int8 ones with sm80
 QUANT_MIN_SM = {QuantMethod.FP8_TENSOR: 89, QuantMethod.FP8_CHANNEL: 89, QuantMethod.FP8_BLOCK: 89,
                 QuantMethod.INT8_CHANNEL: 80}
@@ -120,6 +128,19 @@ def prefill_pdl_ok(platform) -> bool:
         return False
     from ..kernels.decode import HAS_GDC
     return HAS_GDC
+
+
+def h_epilogue_group(scheme, c1: dict, c2: dict) -> int:
+    """1 x g groups GEMM1's epilogue can quantize h in for these launch configs, 0 if none:
+    fp8_block g = bk, fp8_channel g = H_GROUP_CHANNEL; GEMM1's BLOCK_SIZE_N a multiple of g
+    (whole groups per tile) and GEMM2's BLOCK_SIZE_K a divisor (one scale per K tile)."""
+    if scheme.method == QuantMethod.FP8_BLOCK:
+        g = scheme.block_shape[1]
+    elif scheme.method == QuantMethod.FP8_CHANNEL:
+        g = H_GROUP_CHANNEL
+    else:
+        return 0
+    return g if c1["BLOCK_SIZE_N"] % g == 0 and g % c2["BLOCK_SIZE_K"] == 0 else 0
 
 
 def deinterleave_rows(t: torch.Tensor) -> torch.Tensor:
@@ -207,6 +228,11 @@ class TritonExperts(Experts):
         # the one before drains and wait for it before any load (FUSEDMOE_PREFILL_PDL), up to
         # PREFILL_PDL_MAX_M tokens per local expert (prefill_pdl_for)
         self.prefill_pdl = prefill_pdl_ok(platform)
+        # GEMM2's input h quantized in GEMM1's epilogue (FUSEDMOE_H_QUANT, fp8_block /
+        # fp8_channel): no 16-bit h round trip, no requantization kernel (_h_epilogue)
+        h_quant = env.h_quant()          # (read, and checked, whatever the scheme)
+        self.h_epilogue = (self.scheme.method in (QuantMethod.FP8_BLOCK, QuantMethod.FP8_CHANNEL)
+                           and h_quant == "epilogue")
 
     def prefill_pdl_for(self, T: int) -> bool:
         """Whether a grouped-path call of T tokens launches as a PDL chain: on, and at most
@@ -220,13 +246,26 @@ class TritonExperts(Experts):
             c2 = dict(c2, BLOCK_SIZE_M=c1["BLOCK_SIZE_M"])
         return c1, c2
 
+    def _h_epilogue(self, T: int, c1: dict, c2: dict) -> int:
+        """The group g GEMM1's epilogue quantizes h with on a grouped-path call (0: a kernel
+        after it does): ``h_epilogue_group``."""
+        return h_epilogue_group(self.scheme, c1, c2) if self.h_epilogue else 0
+
+    def h_group(self, T: int):
+        """1 x g: a call of T tokens quantizes GEMM2's input h in fp8 1 x g groups where the
+        scheme's own rule differs (fp8_channel: per token), i.e. matches
+        ``reference_moe(..., h_group=g)``; None where it follows the scheme's rule."""
+        if self.quant_mode != "channel" or T * self.config.top_k <= self.decode_pairs:
+            return None
+        return self._h_epilogue(T, *self.configs(T)) or None
+
     def workspace(self, M, topk):
         # called per forward (it keys the framework's buffer cache): memoized per launch config
         if M * topk <= self.decode_pairs:
             key = (M, topk)
         else:
             c1, c2 = self.configs(M)
-            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1))    # all the spec depends on
+            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(M, c1, c2))  # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -250,6 +289,10 @@ class TritonExperts(Experts):
         bufs = {"sorted_ids": ((mp,), torch.int32), "expert_ids": ((mp // bm,), torch.int32),
                 "ntpp": ((1,), torch.int32), "h": ((M * topk, c.intermediate_size), dt),
                 "out": ((M, c.hidden_size), dt)}
+        g = self._h_epilogue(M, c1, c2)
+        if g:   # h fp8 with its group scales, written by GEMM1
+            bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
+            bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
         y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce, dt)
         if y is not None:
             bufs["y"] = y
@@ -410,14 +453,26 @@ class TritonExperts(Experts):
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
         pdl = self.prefill_pdl_for(T)
-        h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias,
-                      swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                      config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
-        h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
+        g = self._h_epilogue(T, c1, c2)
+        act = dict(swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit)
+        a_group = None
+        if g:   # h fp8 in 1 x g groups straight from GEMM1's epilogue
+            h, h_scale = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
+                                   config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl,
+                                   out_group=g, out_scale=ws["h_scale"], out_pow2=self.scheme.scale_pow2, **q)
+            if self.quant_mode == "channel":
+                # group scales of h with channel scales of w2; RESCALE (scaling the accumulator
+                # in place, kernels/grouped_gemm.py) unless the tuned config says otherwise
+                a_group = g
+                c2 = dict(c2, RESCALE=c2.get("RESCALE", True))
+        else:
+            h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
+                          config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
+            h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
         return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                      config=c2, reduce=self.reduce, workspace=ws.get("y"),
-                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, **q)
+                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, **q)
 
 
 def _check(config: MoEConfig, quant, platform):
@@ -472,9 +527,14 @@ def _variants(config, quant, platform):
                              + (chain if pdl else ""))
             continue
         c1, c2 = lc.get(T)
+        g = h_epilogue_group(quant, c1, c2) if env.h_quant() == "epilogue" else 0
+        hq = (f"; h quantized in GEMM1's epilogue (fp8, 1 x {g} groups"
+              + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
+              + "; FUSEDMOE_H_QUANT)") if g else ""
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
+                         + hq
                          + ("; GEMM1, GEMM2 and the reduce (and a requantization between) as programmatic "
                             "dependent launches" if prefill_pdl_ok(platform)
                             and prefill_pdl_bound(config, T) else ""))

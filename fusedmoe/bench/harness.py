@@ -436,10 +436,21 @@ class CheckCase:
     config: Optional[MoEConfig] = None
     weights: object = None
     _ref16: Optional[torch.Tensor] = None
+    _ref_group: dict = field(default_factory=dict)
 
     def for_impl(self, fn) -> tuple[torch.Tensor, float]:
         """(reference, tolerance) matching the math ``fn`` does on these inputs."""
         qa = getattr(fn, "quantizes_activations", None)
+        hg = getattr(fn, "h_group", None)
+        g = hg(self.inputs.x.shape[0]) if hg is not None and self.config is not None else None
+        if g is not None:            # h quantized in 1 x g groups (triton's fp8_channel epilogue)
+            ref = self._ref_group.get(g)
+            if ref is None:
+                from ..reference.moe import reference_moe  # noqa: PLC0415
+                s = self.inputs
+                ref = self._ref_group[g] = reference_moe(s.x, self.weights, s.topk_weights, s.topk_ids,
+                                                         self.config, h_group=g)
+            return ref, self.tol
         if qa is None or self.config is None or not self.weights.scheme.method.quantizes_activations \
                 or qa(self.inputs.x.shape[0]):
             return self.ref, self.tol

@@ -72,7 +72,8 @@ except ImportError:  # pragma: no cover
 
 from .align import AlignResult, align_block_size
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import gdc_launch_dependents, gdc_wait
+from .quantize import (_abs_bits, _bitwise_fp8, _q_arg, _quantize, _scale_from_amax_bits, gdc_launch_dependents,
+                       gdc_wait)
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
            "gemm2_workspace_spec", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
@@ -174,11 +175,11 @@ def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
 @triton.jit
 def _gemm_tile(
     pid_m, pid_n, pid_k, e,
-    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
     N_OUT, K, num_pairs, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
     limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -186,6 +187,7 @@ def _gemm_tile(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
+    Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
@@ -358,7 +360,23 @@ def _gemm_tile(
     c_mask = row_ok[:, None] & (offs_n < N_OUT)[None, :]
     c_rows = (slots // C_DIV).to(tl.int64)
     c_ptrs = c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    if ATOMIC:
+    if Q_GROUP > 0:
+        # the output quantized to fp8 in 1 x Q_GROUP groups (BLOCK_N holds whole groups):
+        # scale = max(amax, 1e-12) / 448 per (row, group) (Q_POW2: rounded up to a power of
+        # two), NaN for a group holding NaN / Inf: the reference's quant_fp8_group of the fp32
+        # tile; scales to c_scale [rows, G]
+        bits = tl.where((offs_n < N_OUT)[None, :], _abs_bits(acc), 0)            # [BM, BN]
+        grp_of = (offs_n % BLOCK_N) // Q_GROUP                                    # [BN]
+        sc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for g in tl.static_range(BLOCK_N // Q_GROUP):
+            in_g = (grp_of == g)[None, :]
+            s_g = _scale_from_amax_bits(tl.max(tl.where(in_g, bits, 0), axis=1), 448.0, Q_POW2)  # [BM]
+            col0 = pid_n * BLOCK_N + g * Q_GROUP
+            g_ok = row_ok & ((slots * 0 + col0) < N_OUT)   # (a tensor '&': the interpreter's mask dtype)
+            tl.store(c_scale_ptr + c_rows * stride_csm + col0 // Q_GROUP, s_g, mask=g_ok)
+            sc = tl.where(in_g, s_g[:, None], sc)
+        tl.store(c_ptrs, _quantize(acc, sc, "fp8", BITWISE_FP8), mask=c_mask)
+    elif ATOMIC:
         tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
     else:
         tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
@@ -367,11 +385,11 @@ def _gemm_tile(
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
 def _moe_gemm_kernel(
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
-    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
+    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, c_scale_ptr,
     N_OUT, K, num_pairs, num_m_blocks, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
     limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr, ALIGN_BM: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -379,6 +397,7 @@ def _moe_gemm_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
+    Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -404,14 +423,14 @@ def _moe_gemm_kernel(
             _gemm_tile(
                 pid_m, pid_n, pid_k, e,
                 a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-                N_OUT, K, num_pairs, k_tiles,
+                c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
                 stride_am, stride_ak, stride_be, stride_bn, stride_bk,
                 stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+                Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -422,14 +441,14 @@ def _moe_gemm_kernel(
         _gemm_tile(
             pid_m, pid_n, pid_k, e,
             a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-            N_OUT, K, num_pairs, k_tiles,
+            c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
             stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+            Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -471,8 +490,9 @@ def _compute_dtype(t: torch.Tensor) -> torch.dtype:
     return t.dtype if t.dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.bfloat16
 
 
-def _scale_args(quant: str, a_scale, b_scale, block_shape, a, b):
-    """(A_SCALE id, B_SCALE id, GROUP_N, GROUP_K, a_scale ptr, b_scale ptr, 5 strides)."""
+def _scale_args(quant: str, a_scale, b_scale, block_shape, a, b, a_group: Optional[int] = None):
+    """(A_SCALE id, B_SCALE id, GROUP_N, GROUP_K, a_scale ptr, b_scale ptr, 5 strides).
+    ``a_group``: a_scale [M, K/g] holds 1 x g group scales of A with any ``quant`` of B."""
     if quant == "none" and a_scale is None and b_scale is None:
         return 0, 0, 1, 1, a, a, 0, 0, 0, 0, 0
     if quant == "block":
@@ -480,8 +500,8 @@ def _scale_args(quant: str, a_scale, b_scale, block_shape, a, b):
         a_mode = 3 if a_scale is not None else 0
         b_mode = 3 if b_scale is not None else 0
     else:
-        gn, gk = 1, 1
-        a_mode = 0 if a_scale is None else (1 if a_scale.numel() == 1 else 2)
+        gn, gk = 1, (a_group or 1)
+        a_mode = 0 if a_scale is None else (3 if a_group else (1 if a_scale.numel() == 1 else 2))
         b_mode = 0 if b_scale is None else {"tensor": 1, "channel": 2}[quant]
     sa = a_scale if a_scale is not None else a
     sb = b_scale if b_scale is not None else a
@@ -514,15 +534,19 @@ def _num_sms(device: torch.device) -> int:
 
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
-            quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False):
+            quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False,
+            a_group=None, out_scale=None, out_group=0, out_pow2=False):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
     assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
+    assert not a_group or a_group % BK == 0, "BLOCK_SIZE_K must divide the activation scale group"
+    assert not out_group or BN % out_group == 0, "BLOCK_SIZE_N must hold whole output scale groups"
     num_m_blocks = align.max_padded // BM
     if num_m_blocks == 0 or n_out == 0:
         return
     k_tiles = cdiv(cdiv(K, BK), split)                                      # K tiles per split
-    a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b)
+    a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b,
+                                                                           a_group)
     tiles = num_m_blocks * cdiv(n_out, BN)                 # per split; the device skips those past ntpp
     persistent = config.get("PERSISTENT", 0)
     assert persistent >= 0, "PERSISTENT is a number of programs per SM (0: one program per tile)"
@@ -544,12 +568,13 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
     # positional: every non-constexpr parameter of _moe_gemm_kernel, in signature order
     launch(_moe_gemm_kernel, grid, (
-        a, b, b_desc, c, bias if bias is not None else a, sa, sb, topk_weights if topk_weights is not None else a,
-        align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
+        a, b, b_desc, _q_arg(c) if out_group else c, bias if bias is not None else a, sa, sb,
+        topk_weights if topk_weights is not None else a, align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
+        out_scale if out_group else a,
         n_out, K, align.num_pairs, num_m_blocks, k_tiles,
         s_am, s_ak, s_be, s_bn, s_bk,
         stride_cs, s_cm, s_cn, s_bias_e, s_bias_n,
-        sam, sak, sbe, sbn, sbk,
+        sam, sak, sbe, sbn, sbk, out_scale.stride(0) if out_group else 0,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(
         A_DIV=a_div, C_DIV=c_div, ALIGN_BM=align.block_m,
@@ -560,6 +585,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None, RESCALE=rescale,
         SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0 and n_out % gn == 0,   # tiles inside one group
+        Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=bool(out_group) and _bitwise_fp8(c),
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
@@ -570,7 +596,8 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
               swiglu_limit: Optional[float] = None, alpha: float = 1.702, limit: float = 7.0,
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
               b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
-              pdl: bool = False) -> torch.Tensor:
+              pdl: bool = False, out_group: int = 0, out_scale: Optional[torch.Tensor] = None,
+              out_pow2: bool = False):
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -583,18 +610,27 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     ``block_shape`` = (bn, bk)); a_scale None = 16-bit x with 8-bit weights (weight-only).
     ``pdl`` (sm90+, triton with griddepcontrol): a programmatic dependent launch (its
     programs may start while the previous kernel drains, and wait for it before any load).
+    ``out_group`` g > 0: h leaves the epilogue quantized to fp8 e4m3 in 1 x g groups (the
+    reference's ``quant_fp8_group(h, g, out_pow2)`` of the fp32 tile; config BLOCK_SIZE_N a
+    multiple of g):
+    returns (h fp8 [n, I], scale fp32 [n, ceil(I/g)]) into ``out`` / ``out_scale`` when given.
+    Otherwise returns h.
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
     n_out = w13.shape[1] // 2 if gated else w13.shape[1]
     if out is None:
-        out = torch.empty(x.shape[0] * top_k, n_out, dtype=_compute_dtype(x), device=x.device)  # [n, I]
+        dt = torch.float8_e4m3fn if out_group else _compute_dtype(x)
+        out = torch.empty(x.shape[0] * top_k, n_out, dtype=dt, device=x.device)  # [n, I]
+    if out_group and out_scale is None:
+        out_scale = torch.empty(out.shape[0], cdiv(n_out, out_group), dtype=torch.float32, device=x.device)
     if config.get("SPLIT_K", 1) != 1:
         config = dict(config, SPLIT_K=1)   # a split before a nonlinear epilogue would be wrong
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl)
-    return out
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
+            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2)
+    return (out, out_scale) if out_group else out
 
 
 def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict, reduce: str,
@@ -617,14 +653,16 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
           bias: Optional[torch.Tensor] = None, config: dict, reduce: str = "deterministic",
           workspace: Optional[torch.Tensor] = None, quant: str = "none",
           a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
-          block_shape: Optional[tuple] = None, pdl: bool = False) -> torch.Tensor:
+          block_shape: Optional[tuple] = None, pdl: bool = False, a_group: Optional[int] = None) -> torch.Tensor:
     """out [T, H] = sum_j topk_weights[t, j] * (h[s] @ w2[e]^T + bias[e]) over kept slots.
 
     h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
     'deterministic' (bitwise reproducible) or 'atomic'. ``workspace`` as described by
     ``gemm2_workspace_spec`` (allocated when None). Tokens with no kept slot get zeros.
     ``quant`` / scales as in ``gemm1_act`` with M = n rows of h and K = I. ``pdl``: GEMM2
-    and the reduce as programmatic dependent launches (as in ``gemm1_act``).
+    and the reduce as programmatic dependent launches (as in ``gemm1_act``). ``a_group`` g:
+    a_scale [n, ceil(I/g)] holds 1 x g group scales of h (``gemm1_act``'s ``out_group``)
+    whatever ``quant`` says of w2 (BLOCK_SIZE_K must divide g; RESCALE applies).
     """
     T, k = topk_weights.shape
     H = w2.shape[1]
@@ -644,7 +682,7 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
         c, c_div, stride_cs = workspace[0], 1, workspace.stride(0)               # y [S, n, H]
     _launch(h, w2, c, align, n_out=H, a_div=1, c_div=c_div, act=_NO_ACT, config=config, bias=bias,
             topk_weights=topk_weights if mul_routed_weight else None, atomic=atomic, stride_cs=stride_cs,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl)
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl, a_group=a_group)
     if not atomic:
         moe_reduce(workspace, out, align, pdl=pdl)
     elif c is not out:

@@ -22,7 +22,8 @@ import torch
 from ..config import MoEConfig
 from ..weights import ExpertWeights
 from .activations import activation_from_config
-from .quant import dequantize_weight, fake_quant_activation
+from ..errors import InputError
+from .quant import dequant_fp8_group, dequantize_weight, fake_quant_activation, quant_fp8_group
 
 __all__ = ["reference_moe", "dequantized_weights"]
 
@@ -41,12 +42,16 @@ def reference_moe(x: torch.Tensor, weights: ExpertWeights, topk_weights: torch.T
                   topk_ids: torch.Tensor, config: MoEConfig,
                   expert_map: Optional[torch.Tensor] = None,
                   dequantized: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-                  input_prescaled: bool = False, quantize_activations: bool = True) -> torch.Tensor:
+                  input_prescaled: bool = False, quantize_activations: bool = True,
+                  h_group: Optional[int] = None) -> torch.Tensor:
     """out [T, H] in x.dtype. ``expert_map`` defaults to ``config.expert_map()``.
 
     ``quantize_activations`` False: W8A8 schemes with their activations kept in full
     precision (fq1 / fq2 the identity): what the ``triton`` decode kernels compute by default
     (``TritonExperts.quantizes_activations``; FUSEDMOE_W8A8_DECODE).
+    ``h_group`` g: GEMM2's input h quantized to fp8 in 1 x g groups instead of by the scheme's
+    rule (the ``triton`` backend's fp8_channel prefill with FUSEDMOE_H_QUANT=epilogue:
+    ``TritonExperts.h_group``); only with quantize_activations and an fp8 scheme.
     ``dequantized`` may pass precomputed ``dequantized_weights(weights)`` (the emulation
     backend does, to dequantize once at load). ``input_prescaled``: with
     apply_router_weight_on_input, x was already multiplied by the weights (a prepare step did it).
@@ -83,8 +88,14 @@ def reference_moe(x: torch.Tensor, weights: ExpertWeights, topk_weights: torch.T
     # GEMM2's input is quantized over all (valid) slots at once, like the kernels do.
     valid = flat_e >= 0
     hq = torch.zeros_like(h)
+    if h_group is not None:
+        if not (quantize_activations and scheme.method.value.startswith("fp8")):
+            raise InputError("h_group", h_group, "None here", "h_group applies to fp8 schemes with quantized activations")
+        fq2 = lambda a, s, static_scale=None: dequant_fp8_group(*quant_fp8_group(a, h_group), h_group)  # noqa: E731
+    else:
+        fq2 = fq
     if valid.any():
-        hq[valid] = fq(h[valid], scheme, static_scale=weights.a2_scale)
+        hq[valid] = fq2(h[valid], scheme, static_scale=weights.a2_scale)
     y = torch.zeros(T * k, H, dtype=torch.float32, device=x.device)    # [T*k, H]
     for e in active:
         sel = (flat_e == e).nonzero(as_tuple=True)[0]
