@@ -15,19 +15,19 @@ import sys
 import tempfile
 
 _R = dict(RESCALE=True, PERSISTENT=0, FLATTEN=False)   # block scales applied to the accumulator
-_T128 = dict(_R, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=3)
-_T64 = dict(_R, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=3)
-_G2 = dict(PERSISTENT=0, FLATTEN=False, GROUP_SIZE_M=8, USE_TMA=True, BLOCK_SIZE_K=64)
-CASES = [   # session 8, last call: deepseek-v3 tp8 bf16 GEMM2 (K = I = 256, y [T*k, H] written at
-    # ~40% of copy bandwidth) with tiles whose shared memory / registers let 2-3 CTAs share an
-    # SM, so one's stores overlap another's loads (the shipped 128x256 4 stages holds one)
-    ("deepseek-v3", 8, T, "E=256,N=256,", [
-        ("g2 128x128 w8 s3", "gemm2", dict(_G2, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=3)),
-        ("g2 128x128 w8 s2", "gemm2", dict(_G2, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=2)),
-        ("g2 64x256 w4 s3", "gemm2", dict(_G2, BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, num_warps=4, num_stages=3)),
-        ("g2 64x128 w4 s3", "gemm2", dict(_G2, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=3)),
-        ("g2 128x256 w8 s2", "gemm2", dict(_G2, BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, num_warps=8, num_stages=2)),
-    ]) for T in (16384, 4096)
+CASES = [   # session 9: Mixtral T=256 (86%: GEMM2's 128 tiles of BN 256 fill 128 of 132 SMs once)
+    # and T=1024 (52%: GEMM1 at ~400 TFLOP/s and ~1.5 TB/s, 2-3 m-blocks of 128 an expert)
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [
+        ("g2 split 2", "gemm2", dict(SPLIT_K=2)),
+        ("g2 BN128 split 2", "gemm2", dict(BLOCK_SIZE_N=128, SPLIT_K=2)),
+        ("g2 split 4", "gemm2", dict(SPLIT_K=4)),
+    ]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [
+        ("g1 tma", "gemm1", dict(USE_TMA=True)),
+        ("g1 GM 3", "gemm1", dict(GROUP_SIZE_M=3)),
+        ("g1 BM64 w4", "gemm1", dict(BLOCK_SIZE_M=64, num_warps=4)),
+        ("g1 BM64 BN256 w8 s3", "gemm1", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, num_stages=3)),
+    ]),
 ]
 
 
