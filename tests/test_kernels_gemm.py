@@ -250,10 +250,14 @@ def test_moe_one_expert_takes_all_and_empty_experts():
 
 
 def test_moe_gemm_block_m_divides_align_block_m():
-    # alignment in 32-row blocks, GEMM1 tiles of 32, GEMM2 tiles of 16 (expert_ids[b*16 // 32])
+    # alignment in 32-row blocks, GEMM1 tiles of 32, GEMM2 tiles of 16 (expert_ids[b*16 // 32]);
+    # GEMM2 skips the 16-row sub-blocks that are all padding: experts with <= 16 rows have one
+    # (skipped), the others none (computed)
     w13, w2, _, _ = _weights(E, H, I, torch.float32)
     x = _x(33, H, torch.float32)
     tw, ids = _routing(33, E, K_TOP)
+    counts = torch.bincount(ids.flatten().long().cpu(), minlength=E) % 32
+    assert (counts <= 16).any() and (counts > 16).any()
     c1 = dict(SMALL, BLOCK_SIZE_M=32)
     out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=SMALL)
     assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu")) < 1e-5

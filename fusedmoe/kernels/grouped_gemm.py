@@ -438,6 +438,12 @@ def _moe_gemm_kernel(
         e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
         if e < 0:
             return
+        if BLOCK_M < ALIGN_BM:
+            # a BM sub-block of an alignment block: padding fills the END of an expert's run,
+            # so a sub-block whose first slot is the sentinel is all padding: no weight reads
+            # for it (GEMM2 BM 64 under GEMM1's BM 128 when most experts have <= 64 rows)
+            if tl.load(sorted_ids_ptr + pid_m * BLOCK_M) >= num_pairs:
+                return
         _gemm_tile(
             pid_m, pid_n, pid_k, e,
             a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
