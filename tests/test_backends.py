@@ -19,7 +19,7 @@ import torch
 
 from fusedmoe.backends.registry import registered
 from fusedmoe.config import MoEConfig, ParallelConfig, QuantScheme, Routing
-from fusedmoe.layer import prepare_experts
+from fusedmoe.layer import platform_for, prepare_experts
 from fusedmoe.modular.interfaces import ActivationFormat
 from fusedmoe.platform import Platform
 from fusedmoe.reference.moe import reference_moe
@@ -65,7 +65,9 @@ def build(backend: str, cfg: MoEConfig, weights, max_num_tokens: int = 64):
         pytest.skip(f"backend {backend!r} is not registered in this build")
     spec = SPECS[backend]
     fmt = ActivationFormat.STANDARD if ActivationFormat.STANDARD in spec.formats else ActivationFormat.BATCHED
-    plat = Platform.current()
+    # the platform of the weights' device, as prepare_experts sees it (CPU tensors on a CUDA
+    # machine: the CPU, where Triton needs the interpreter)
+    plat = platform_for(weights.device)
     reasons = spec.evaluate(cfg, weights.scheme, plat, fmt=fmt)
     if reasons:
         why = "; ".join(str(r) for r in reasons)
@@ -108,7 +110,7 @@ def test_every_declared_scheme(mk, backend, scheme, dtype):
 
 def test_cpu_backends_serve_everything_they_declare():
     # the skip in build() never hides a CPU backend: each serves its declared schemes here
-    plat = Platform.current()
+    plat = platform_for(torch.device("cpu"))     # (on a CUDA machine too: CPU tensors)
     for name in CPU_BACKENDS:
         spec = SPECS[name]
         for s in SCHEMES:
