@@ -1,13 +1,11 @@
 """Row quantizers (kernels/quantize.py) on prefill sizes: rows per program swept, GB/s.
 
-    python3 benchmarks/quant_rows_ab.py [--out quant_rows_ab.json] [--programs]
+    python3 benchmarks/quant_rows_ab.py [--out quant_rows_ab.json]
 
 Per-token fp8 / int8 of h [T*k, I] and x [T, H] (qwen3-30b-a3b, T = 16384: the W8A8 grouped
 path's requantization and input quantization), 1 x 128 group fp8 of x [T, 7168] and h
 [T*k, 256] (deepseek-v3 tp8). Each: the ``rows_per_program`` rule's choice and 1, 2, 4, 8,
 16, CUDA-graph replay over rotating inputs, GB/s of bytes read + written, % of copy bandwidth.
-``--programs``: rows per program (rule, 1, 2, 4) x programs along the rows (one per row tile,
-or 2..32 per SM, each looping over row tiles: quantize.PROGRAMS_PER_SM).
 """
 from __future__ import annotations
 
@@ -51,7 +49,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="quant_rows_ab.json")
     ap.add_argument("--warps", action="store_true", help="only the rows x num_warps sweep of h [131072, 768]")
-    ap.add_argument("--programs", action="store_true", help="rows per program x programs per SM (looping)")
     a = ap.parse_args()
     bw = hz.measure_ceilings("cuda").copy_gbps
     if a.warps:
@@ -64,18 +61,12 @@ def main():
         fn = {"fp8_token": qk.quant_fp8_token, "int8_token": qk.quant_int8_token,
               "fp8_group": qk.quant_fp8_group}[kind]
         nbytes = xs[0].numel() * 3 + xs[0].numel() * 4 // (1 if kind != "fp8_group" else 128) // shape[1]
-        nsm = torch.cuda.get_device_properties(0).multi_processor_count
-        grid = [(r, None) for r in (None, 1, 2, 4, 8, 16)]
-        if a.programs:
-            grid = [(r, p) for r in (None, 1, 2, 4) for p in (None, 2 * nsm, 4 * nsm, 8 * nsm, 16 * nsm, 32 * nsm)]
-        for rows, progs in grid:
+        for rows in (None, 1, 2, 4, 8, 16):
             try:
-                us = hz.time_graph([lambda x=x: fn(x, rows_per_program=rows, programs=progs) for x in xs])
-                r = dict(case=label, rows=rows or "rule", programs=progs or "all", us=us, gbps=nbytes / us / 1e3,
-                         pct=100 * nbytes / us / 1e3 / bw)
+                us = hz.time_graph([lambda x=x: fn(x, rows_per_program=rows) for x in xs])
+                r = dict(case=label, rows=rows or "rule", us=us, gbps=nbytes / us / 1e3, pct=100 * nbytes / us / 1e3 / bw)
             except Exception as e:  # noqa: BLE001  (a failing variant is a result)
-                r = dict(case=label, rows=rows or "rule", programs=progs or "all",
-                         error=f"{type(e).__name__}: {str(e)[:200]}")
+                r = dict(case=label, rows=rows or "rule", error=f"{type(e).__name__}: {str(e)[:200]}")
             res.append(r)
             print(r, flush=True)
         del xs

@@ -251,28 +251,6 @@ def test_rows_per_program_batched_counts(name, args, rows):
     assert (q[~valid].view(torch.uint8) == 17).all()
 
 
-@pytest.mark.parametrize("name,args", QUANTIZERS)
-@pytest.mark.parametrize("rows,programs", [(1, 1), (1, 5), (2, 3), (8, 2)])
-def test_programs_loop_over_row_tiles(name, args, rows, programs):
-    # a grid smaller than the row tiles: each program loops (tiles p, p + grid, ...); bitwise
-    # the reference, NaN / Inf rows included, and batched padding rows left unwritten
-    x = rand_rows(37, 768, seed=rows * 10 + programs)
-    x[9, 17] = float("nan")
-    x[36, 0] = -float("inf")
-    check_nan_inf_rows(name, args, x, [9, 36], rows_per_program=rows, programs=programs)
-    E, T_max, K = 3, 13, 200
-    counts = torch.tensor([5, 0, 13], dtype=torch.int32, device=DEVICE)
-    xb = rand_rows(E * T_max, K, seed=programs).reshape(E, T_max, K)
-    valid = torch.arange(T_max, device=DEVICE)[None, :] < counts[:, None]
-    q_dtype = torch.int8 if name == "quant_int8_token" else torch.float8_e4m3fn
-    out = torch.full((E, T_max, K), 17, dtype=torch.uint8, device=DEVICE).view(q_dtype)
-    q, s = getattr(kq, name)(xb, *args, counts=counts, rows_per_program=rows, programs=programs, out=out)
-    q_ref, s_ref = getattr(ref, name)(xb[valid].cpu(), *args)
-    assert_same(q[valid], q_ref)
-    assert_same(s if name == "quant_fp8_tensor" else s[valid], s_ref)
-    assert (q[~valid].view(torch.uint8) == 17).all()
-
-
 @pytest.mark.parametrize("name,args", QUANTIZERS[:3])
 def test_rows_per_program_multi_chunk_rows(name, args):
     # K = 5000 > 4096: each row is read in two chunks (amax pass, then quantize pass)

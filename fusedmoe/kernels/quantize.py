@@ -52,9 +52,6 @@ _AMAX_FLOOR = 1e-12
 _MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp32 / thread at 8 warps)
 _PROG_ELEMS = 2048      # input elements a row-quantization program aims to move (_rows_per_program)
 _MIN_PROGRAMS = 264     # 2 per SM of a 132-SM H100: more rows per program only above this
-# programs per SM of the row quantizers' launches, each looping over row tiles (0: one program
-# per row tile, no loop). Measured in benchmarks/quant_rows_ab.py --programs.
-PROGRAMS_PER_SM = 0
 
 
 # ----------------------------------------------------------------------------- shared device helpers
@@ -235,33 +232,20 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K,
     [T] is written, one scale per row (tl.max over axis 1); "tensor_static": scale_ptr [1]
     is read; "tensor_dynamic": the scale comes from amax_bits_ptr, program 0 writes it.
     PDL (a programmatic dependent launch in a chain): let the next kernel launch now, wait
-    for the previous one before reading x. A grid smaller than T / ROWS loops: program p
-    takes row tiles p, p + grid, ... (``programs`` of the launchers; the result is the same)."""
+    for the previous one before reading x."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
     pid = tl.program_id(0)
-    if MODE == "tensor_dynamic":
-        if pid == 0:
-            tl.store(scale_ptr, _scale_from_amax_bits(tl.load(amax_bits_ptr), QMAX, False))
-    for r0 in range(pid * ROWS, T, tl.num_programs(0) * ROWS):
-        _quant_rows_tile(r0 + tl.arange(0, ROWS), x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K, T_MAX,
-                         stride_xm, stride_qm, MODE, QTYPE, QMAX, BITWISE_FP8, HAS_COUNTS, BLOCK_K, ONE_CHUNK, ROWS)
-
-
-@triton.jit
-def _quant_rows_tile(rows, x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K, T_MAX,
-                     stride_xm, stride_qm,
-                     MODE: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
-                     BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
-                     BLOCK_K: tl.constexpr, ONE_CHUNK: tl.constexpr, ROWS: tl.constexpr):
-    """Rows ``rows`` [ROWS] of ``_quant_rows_kernel``."""
+    rows = pid * ROWS + tl.arange(0, ROWS)                                      # [R]
     row_ok = _row_mask(rows, T, counts_ptr, T_MAX, HAS_COUNTS)[:, None]         # [R, 1]
     x_rows = x_ptr + rows[:, None].to(tl.int64) * stride_xm                     # [R, 1]
     q_rows = q_ptr + rows[:, None].to(tl.int64) * stride_qm
     cols = tl.arange(0, BLOCK_K)[None, :]                                       # [1, BK]
     if MODE == "tensor_dynamic":
         scale = _scale_from_amax_bits(tl.load(amax_bits_ptr), QMAX, False)
+        if pid == 0:
+            tl.store(scale_ptr, scale)
     if MODE == "token":
         if ONE_CHUNK:                                   # the rows fit: read them once
             m = row_ok & (cols < K)
@@ -295,23 +279,11 @@ def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, T, K, G, T_MAX,
                         ROWS: tl.constexpr = 1, PDL: tl.constexpr = False):
     """Program (i, j) quantizes groups [j*GPP, (j+1)*GPP) of rows [i*ROWS, (i+1)*ROWS) as a
     [ROWS, GPP, g] tile (several rows per program for the reason given in
-    ``_quant_rows_kernel``); rows past T and padding rows are masked off. PDL, and a grid
-    smaller than T / ROWS (a loop over row tiles), as there."""
+    ``_quant_rows_kernel``); rows past T and padding rows are masked off. PDL as there."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
-    for r0 in range(tl.program_id(0) * ROWS, T, tl.num_programs(0) * ROWS):
-        _quant_group_tile(r0 + tl.arange(0, ROWS), x_ptr, q_ptr, scale_ptr, counts_ptr, T, K, G, T_MAX,
-                          stride_xm, stride_qm, stride_sm, GROUP, GROUP_P2, GROUPS_PER_PROG, POW2, BITWISE_FP8,
-                          HAS_COUNTS)
-
-
-@triton.jit
-def _quant_group_tile(rows, x_ptr, q_ptr, scale_ptr, counts_ptr, T, K, G, T_MAX,
-                      stride_xm, stride_qm, stride_sm,
-                      GROUP: tl.constexpr, GROUP_P2: tl.constexpr, GROUPS_PER_PROG: tl.constexpr,
-                      POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr):
-    """Rows ``rows`` [ROWS] of ``_quant_group_kernel`` (its program's groups)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)                         # [R]
     row_ok = _row_mask(rows, T, counts_ptr, T_MAX, HAS_COUNTS)[:, None]         # [R, 1]
     grp = tl.program_id(1) * GROUPS_PER_PROG + tl.arange(0, GROUPS_PER_PROG)   # [GPP]
     j = tl.arange(0, GROUP_P2)                                                  # [g padded]
@@ -429,20 +401,8 @@ def _check_rows(rows: int) -> int:
     return rows
 
 
-def _grid_rows(tiles: int, device, programs: Optional[int]) -> int:
-    """Programs along the row-tile axis: ``programs`` (None: PROGRAMS_PER_SM per SM, 0 there
-    meaning one program per row tile), never more than ``tiles``."""
-    if programs is None:
-        if not PROGRAMS_PER_SM or device.type != "cuda":
-            return tiles
-        from .grouped_gemm import _num_sms
-        programs = PROGRAMS_PER_SM * _num_sms(device)
-    return max(1, min(tiles, programs))
-
-
-def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None,
-                 programs=None):
-    # (rows / num_warps / programs given: benchmarks/quant_rows_ab.py's sweeps; None: the rules)
+def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None):
+    # (rows / num_warps given: benchmarks/quant_rows_ab.py's sweeps; None: the measured rules)
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
     T, K = x2.shape
@@ -450,7 +410,7 @@ def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, ro
     if T == 0:
         return
     rows = _check_rows(rows) if rows is not None else _rows_per_program(T, bk, x2.element_size())
-    launch(_quant_rows_kernel, (_grid_rows(cdiv(T, rows), x2.device, programs),),
+    launch(_quant_rows_kernel, (cdiv(T, rows),),
            (x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
             counts if counts is not None else scale, T, K, max(t_max, 1), x2.stride(0), q2.stride(0)),
            dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
@@ -461,20 +421,19 @@ def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, ro
 
 def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor] = None,
                      out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-                     rows_per_program: Optional[int] = None, programs: Optional[int] = None):
+                     rows_per_program: Optional[int] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [1]).
 
     ``scale`` None: dynamic, amax(x) / 448 computed on the device (2 launches + a memset);
     else a static per-tensor scale (fp32 [1] tensor or float), returned as given.
     ``rows_per_program``: rows per program of the quantizing launch (a power of two; None:
-    the ``_rows_per_program`` rule); ``programs``: programs along the rows, each looping over
-    row tiles (None: the PROGRAMS_PER_SM rule). The result depends on neither.
+    the ``_rows_per_program`` rule); the result does not depend on it.
     """
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     if scale is not None:
         s = scale if isinstance(scale, torch.Tensor) else torch.full((1,), float(scale), device=x.device)
         s = s.reshape(1).float()
-        _launch_rows(x, q, s, "tensor_static", "fp8", counts, rows=rows_per_program, programs=programs)
+        _launch_rows(x, q, s, "tensor_static", "fp8", counts, rows=rows_per_program)
         return q, s
     s = out_scale if out_scale is not None else torch.empty(1, dtype=torch.float32, device=x.device)
     amax_bits = torch.zeros(1, dtype=torch.int32, device=x.device)
@@ -488,45 +447,43 @@ def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor]
     launch(_amax_kernel, (cdiv(T, bm),),
            (x2, amax_bits, counts if counts is not None else amax_bits, T, K, max(t_max, 1), x2.stride(0)),
            dict(HAS_COUNTS=counts is not None, BLOCK_M=bm, BLOCK_K=bk), num_warps=4)
-    _launch_rows(x, q, s, "tensor_dynamic", "fp8", counts, amax_bits, rows=rows_per_program, programs=programs)
+    _launch_rows(x, q, s, "tensor_dynamic", "fp8", counts, amax_bits, rows=rows_per_program)
     return q, s
 
 
-def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None, num_warps=None, programs=None):
+def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None, num_warps=None):
     q = out if out is not None else torch.empty(x.shape, dtype=dtype, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
                                                             device=x.device)
-    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows, num_warps=num_warps, programs=programs)
+    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows, num_warps=num_warps)
     return q, s
 
 
 def quant_fp8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-                    pdl: bool = False, rows_per_program: Optional[int] = None, programs: Optional[int] = None):
+                    pdl: bool = False, rows_per_program: Optional[int] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., 1]); scale per row = amax / 448.
     ``pdl`` (sm90+): a programmatic dependent launch that also lets the next kernel launch
-    early (the decode chain of the triton backend). ``rows_per_program`` and ``programs`` as
-    in ``quant_fp8_tensor``."""
-    return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts, pdl, rows_per_program, programs=programs)
+    early (the decode chain of the triton backend). ``rows_per_program`` as in
+    ``quant_fp8_tensor``."""
+    return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts, pdl, rows_per_program)
 
 
 def quant_int8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                      out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-                     pdl: bool = False, rows_per_program: Optional[int] = None, programs: Optional[int] = None):
+                     pdl: bool = False, rows_per_program: Optional[int] = None):
     """x float [..., K] -> (int8 [..., K], fp32 [..., 1]); scale = amax / 127, round half to even.
-    ``pdl``, ``rows_per_program`` and ``programs`` as in ``quant_fp8_token``."""
-    return _quant_token(x, torch.int8, "int8", out, out_scale, counts, pdl, rows_per_program, programs=programs)
+    ``pdl`` and ``rows_per_program`` as in ``quant_fp8_token``."""
+    return _quant_token(x, torch.int8, "int8", out, out_scale, counts, pdl, rows_per_program)
 
 
 def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
                     out: Optional[torch.Tensor] = None, out_scale: Optional[torch.Tensor] = None,
                     counts: Optional[torch.Tensor] = None, pdl: bool = False,
-                    rows_per_program: Optional[int] = None, programs: Optional[int] = None):
+                    rows_per_program: Optional[int] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., G]), 1 x group blocks; the last
     group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style). ``pdl``
-    and ``rows_per_program`` as in ``quant_fp8_token``; ``programs``: programs along the rows
-    (each loops over row tiles; None: the PROGRAMS_PER_SM rule); the result does not depend
-    on it."""
+    and ``rows_per_program`` as in ``quant_fp8_token``."""
     K = x.shape[-1]
     G = cdiv(K, group)
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
@@ -542,7 +499,7 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
     chunks = cdiv(G, gpp)
     rows = (_check_rows(rows_per_program) if rows_per_program is not None
             else _rows_per_program(T, gpp * gp2, x2.element_size(), chunks, groups=True))
-    launch(_quant_group_kernel, (_grid_rows(cdiv(T, rows), x2.device, programs), chunks),
+    launch(_quant_group_kernel, (cdiv(T, rows), chunks),
            (x2, _q_arg(q2), s2, counts if counts is not None else s2, T, K, G, max(t_max, 1),
             x2.stride(0), q2.stride(0), s2.stride(0)),
            dict(GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
