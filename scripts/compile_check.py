@@ -351,6 +351,23 @@ def main() -> int:
         group_case("quant group R=4 K=2048 counts pow2", H, 4, 16, counts=True, pow2=True),
         group_case("quant group R=4 K=7168 pdl", 7168, 4, 16, pdl=True),
     ]
+    # the alignment's chunked path as a PDL chain (align_block_size(pdl=True))
+    from fusedmoe.kernels import align as al
+    n, eb = 40000, 256
+    cases += [
+        ("align count pdl", (al._align_count_kernel, (79,), (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32),
+                             torch.empty(79, eb, dtype=torch.int32), n, 256, 128),
+                             dict(HAS_MAP=False, E_BINS=eb, CHUNK_=512, PDL=True), 4, None, False)),
+        ("align scan pdl", (al._align_scan_kernel, (1,), (torch.empty(79, eb, dtype=torch.int32),
+                            torch.empty(79, eb, dtype=torch.int32), torch.empty(n + 128 * 63, dtype=torch.int32),
+                            torch.empty(1000, dtype=torch.int32), torch.empty(1, dtype=torch.int32), 79, n, 128,
+                            n + 128 * 63, 1000), dict(BM=64, E_BINS=eb, LOG_E=8, CB=16, FILL_B=1024, PDL=True),
+                            8, None, True)),
+        ("align scatter pdl", (al._align_scatter_kernel, (79,), (torch.empty(n, dtype=torch.int32),
+                               torch.empty(n, dtype=torch.int32), torch.empty(79, eb, dtype=torch.int32),
+                               torch.empty(n + 128 * 63, dtype=torch.int32), n, 256, 128),
+                               dict(HAS_MAP=False, E_BINS=eb, CHUNK_=512, PDL=True), 4, None, True)),
+    ]
     cases += grouped_cases()
     cases += block_cases()
     cases += epilogue_cases()

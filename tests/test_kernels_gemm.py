@@ -516,6 +516,12 @@ def test_gpu_align_large(T):
     for bm in (16, 64, 128):
         _check_align(align_block_size(ids, bm, 64, emap), ids, bm, 64, emap)
         _check_align(align_block_size(ids, bm, 256), ids, bm, 256)
+    if torch.cuda.get_device_capability() >= (9, 0):
+        # scan and scatter as programmatic dependent launches (the backend's prefill PDL chain),
+        # 20 times over with fresh routing each time: the same layout as the reference
+        for rep in range(20):
+            _, ids = _routing(T, 256, 8, seed=100 + rep)
+            _check_align(align_block_size(ids, 64, 64, emap, pdl=True), ids, 64, 64, emap)
 
 
 @pytest.mark.gpu

@@ -447,12 +447,12 @@ class TritonExperts(Experts):
         T, k = ids.shape
         c1, c2 = self.configs(T)
         x, x_scale = self._quant(prep.a1q, w.a13_scale)
+        pdl = self.prefill_pdl_for(T)
         align = align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,
-                                 out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]))
+                                 out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]), pdl=pdl)
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
-        pdl = self.prefill_pdl_for(T)
         g = self._h_epilogue(T, c1, c2)
         act = dict(swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit)
         a_group = None

@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from .launcher import cdiv, launch, next_power_of_2
+from .quantize import gdc_launch_dependents, gdc_wait
 
 __all__ = ["AlignResult", "align_block_size", "max_padded_size", "SMALL_MAX", "CHUNK"]
 
@@ -159,7 +160,10 @@ def _align_small_kernel(ids_ptr, map_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_p
 
 @triton.jit
 def _align_count_kernel(ids_ptr, map_ptr, counts_ptr, n, num_global, E,
-                        HAS_MAP: tl.constexpr, E_BINS: tl.constexpr, CHUNK_: tl.constexpr):
+                        HAS_MAP: tl.constexpr, E_BINS: tl.constexpr, CHUNK_: tl.constexpr,
+                        PDL: tl.constexpr = False):
+    if PDL:       # the scan after it is a dependent launch: let it start (it waits for this)
+        gdc_launch_dependents()
     c = tl.program_id(0)
     offs = c * CHUNK_ + tl.arange(0, CHUNK_)
     loc = _local_expert(ids_ptr, map_ptr, offs, n, num_global, E, HAS_MAP)
@@ -170,7 +174,10 @@ def _align_count_kernel(ids_ptr, map_ptr, counts_ptr, n, num_global, E,
 def _align_scan_kernel(counts_ptr, base_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
                        num_chunks, n, E, max_padded, max_blocks,
                        BM: tl.constexpr, E_BINS: tl.constexpr, LOG_E: tl.constexpr, CB: tl.constexpr,
-                       FILL_B: tl.constexpr):
+                       FILL_B: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:       # a programmatic dependent launch: the next may launch, the counts must be done
+        gdc_launch_dependents()
+        gdc_wait()
     bins = tl.arange(0, E_BINS)
     tot = tl.zeros([E_BINS], dtype=tl.int32)
     for c0 in range(0, num_chunks, CB):
@@ -194,7 +201,11 @@ def _align_scan_kernel(counts_ptr, base_ptr, sorted_ids_ptr, expert_ids_ptr, ntp
 
 @triton.jit
 def _align_scatter_kernel(ids_ptr, map_ptr, base_ptr, sorted_ids_ptr, n, num_global, E,
-                          HAS_MAP: tl.constexpr, E_BINS: tl.constexpr, CHUNK_: tl.constexpr):
+                          HAS_MAP: tl.constexpr, E_BINS: tl.constexpr, CHUNK_: tl.constexpr,
+                          PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     c = tl.program_id(0)
     i = tl.arange(0, CHUNK_)
     loc = _local_expert(ids_ptr, map_ptr, c * CHUNK_ + i, n, num_global, E, HAS_MAP)
@@ -225,13 +236,15 @@ def _small_launch(n: int, block_m: int, num_experts: int, has_map: bool) -> tupl
 def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
                      expert_map: Optional[torch.Tensor] = None, *,
                      out: Optional[AlignResult] = None,
-                     small_max: int = SMALL_MAX, chunk: Optional[int] = CHUNK) -> AlignResult:
+                     small_max: int = SMALL_MAX, chunk: Optional[int] = CHUNK, pdl: bool = False) -> AlignResult:
     """Group the n = T*k pairs of ``topk_ids`` [T, k] by local expert, padded to ``block_m``.
 
     ``num_experts`` is E_loc (w13.shape[0]); ``expert_map`` int32 [E_g] maps global ids to
     local ones (-1: not local, dropped). ``out`` reuses preallocated buffers (its
     sorted_ids length is taken as max_padded; it must be >= ``max_padded_size``).
-    No host sync: safe inside CUDA-graph capture once compiled.
+    No host sync: safe inside CUDA-graph capture once compiled. ``pdl`` (sm90+, triton with
+    griddepcontrol): the chunked path's scan and scatter are programmatic dependent launches
+    of the kernel before (each waits for it before any read), as the GEMM after them can be.
     """
     ids = topk_ids.reshape(-1)                                                  # [n]
     if not ids.is_contiguous():
@@ -262,11 +275,11 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
     scratch = torch.empty((2, num_chunks, e_bins), dtype=torch.int32, device=ids.device)  # counts, base
     counts, base = scratch[0], scratch[1]
     launch(_align_count_kernel, (num_chunks,), (ids, emap, counts, n, n_global, num_experts),
-           dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk), num_warps=4)
+           dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, PDL=pdl), num_warps=4)
     launch(_align_scan_kernel, (1,),
            (counts, base, sorted_ids, expert_ids, ntpp, num_chunks, n, num_experts, mp, mb),
-           dict(BM=block_m, E_BINS=e_bins, LOG_E=log_e, CB=max(1, 4096 // e_bins), FILL_B=_FILL_B),
-           num_warps=8)
+           dict(BM=block_m, E_BINS=e_bins, LOG_E=log_e, CB=max(1, 4096 // e_bins), FILL_B=_FILL_B, PDL=pdl),
+           num_warps=8, launch_pdl=pdl)
     launch(_align_scatter_kernel, (num_chunks,), (ids, emap, base, sorted_ids, n, n_global, num_experts),
-           dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk), num_warps=4)
+           dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, PDL=pdl), num_warps=4, launch_pdl=pdl)
     return out
