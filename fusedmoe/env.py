@@ -20,9 +20,10 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | a16 min(E // 4, 32), a8 E // 16; see backends/triton.py)      |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
-| FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's GEMM1, requantization, GEMM2  |
-|                             | and reduce are ordinary launches, not programmatic dependent  |
-|                             | launches of the kernel before (default 1 where PDL exists)    |
+| FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
+|                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
+|                             | not programmatic dependent launches of the kernel before      |
+|                             | (default 1 where PDL exists, <= 64 pairs per local expert)    |
 | FUSEDMOE_W8A8_DECODE        | how the ``triton`` decode kernels compute W8A8 schemes:       |
 |                             | ``a16`` reads the 8-bit weights and keeps the activations     |
 |                             | 16-bit (no quantization launches; more accurate); ``a8``      |
@@ -108,8 +109,9 @@ def decode_pdl() -> bool:
 
 
 def prefill_pdl() -> bool:
-    """False when FUSEDMOE_PREFILL_PDL is 0/false: the grouped path's GEMM1, requantization,
-    GEMM2 and reduce then launch plainly (on by default where the device has PDL)."""
+    """False when FUSEDMOE_PREFILL_PDL is 0/false: the grouped path's alignment scan / scatter,
+    GEMM1, requantization, GEMM2 and reduce then launch plainly (on by default where the
+    device has PDL)."""
     return os.environ.get("FUSEDMOE_PREFILL_PDL", "1").strip() not in ("0", "false", "False")
 
 

@@ -29,7 +29,7 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
   grouped (otherwise), below.
 
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
-4096, else 3) -> GEMM1 with the gated activation fused in its epilogue -> [requantize
+512 = align.SMALL_MAX, else 3) -> GEMM1 with the gated activation fused in its epilogue -> [requantize
 GEMM2's input for W8A8 schemes] ->
 GEMM2 with the routing weight fused -> reduce over k (deterministic: fixed order;
 bitwise reproducible). No host sync; every buffer comes from the declared workspace
@@ -535,8 +535,8 @@ def _variants(config, quant, platform):
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
                          + hq
-                         + ("; GEMM1, GEMM2 and the reduce (and a requantization between) as programmatic "
-                            "dependent launches" if prefill_pdl_ok(platform)
+                         + ("; the alignment's scan and scatter (> 512 pairs), GEMM1, GEMM2 and the reduce "
+                            "(and a requantization between) as programmatic dependent launches" if prefill_pdl_ok(platform)
                             and prefill_pdl_bound(config, T) else ""))
     return out
 
