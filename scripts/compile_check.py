@@ -29,11 +29,6 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-try:
-    from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
-except ImportError:  # pragma: no cover
-    TensorDescriptor = None
-
 _DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "i32",
        torch.int64: "i64", torch.float8_e4m3fn: "fp8e4nv", torch.int8: "i8", torch.uint8: "u8"}
 
@@ -58,8 +53,6 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(a, float):
             sig[p.name] = "fp32"
-        elif TensorDescriptor is not None and isinstance(a, TensorDescriptor):   # host-side TMA descriptor
-            sig[p.name] = f"tensordesc<{_DT[a.base.dtype]}[{', '.join(map(str, a.block_shape))}]>"
         elif a is None:                               # e.g. no TMA descriptor
             sig[p.name] = "constexpr"
             consts[p.name] = None
@@ -126,17 +119,6 @@ def grouped_cases() -> list:
                 if not label:
                     out.append((f"grouped gemm1 {tag}", captured[0]))
                 out.append((f"grouped gemm2 {tag}{label}", captured[1]))
-        # GEMM2 writing y in sorted order through a TMA store (config SORTED_Y), its reduce
-        for label, c2x in (("", c2), (" persistent", dict(c2, PERSISTENT=1))):
-            captured.clear()
-            mp = align.max_padded
-            align.positions = torch.zeros(n, dtype=torch.int32)
-            gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
-                     torch.empty(T, H, dtype=bf), config=dict(c2x, BLOCK_SIZE_K=64, SORTED_Y=True),
-                     workspace=torch.empty(1, mp, H, dtype=bf))
-            out.append((f"grouped gemm2 bfloat16 sorted-y tma{label}", captured[0]))
-        out.append(("grouped reduce positions", captured[1]))
-        align.positions = None
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
@@ -381,11 +363,10 @@ def main() -> int:
                             torch.empty(1000, dtype=torch.int32), torch.empty(1, dtype=torch.int32), 79, n, 128,
                             n + 128 * 63, 1000), dict(BM=64, E_BINS=eb, LOG_E=8, CB=16, FILL_B=1024, PDL=True),
                             8, None, True)),
-        ("align scatter pdl positions", (al._align_scatter_kernel, (79,), (torch.empty(n, dtype=torch.int32),
+        ("align scatter pdl", (al._align_scatter_kernel, (79,), (torch.empty(n, dtype=torch.int32),
                                torch.empty(n, dtype=torch.int32), torch.empty(79, eb, dtype=torch.int32),
-                               torch.empty(n + 128 * 63, dtype=torch.int32), torch.empty(n, dtype=torch.int32),
-                               n, 256, 128), dict(HAS_MAP=False, E_BINS=eb, CHUNK_=512, PDL=True, HAS_POS=True),
-                               4, None, True)),
+                               torch.empty(n + 128 * 63, dtype=torch.int32), n, 256, 128),
+                               dict(HAS_MAP=False, E_BINS=eb, CHUNK_=512, PDL=True), 4, None, True)),
     ]
     cases += grouped_cases()
     cases += block_cases()

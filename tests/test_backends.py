@@ -259,29 +259,6 @@ def test_triton_fp8_block_rescale_through_the_layer(mk, feature):
     assert _extras(dict(c, RESCALE=True)).endswith(" rescale") and "rescale" not in _extras(c)
 
 
-@pytest.mark.parametrize("scheme", ["none", "fp8_channel"])
-def test_triton_sorted_y_through_the_layer(mk, scheme):
-    # GEMM2 config SORTED_Y (y in sorted order, the reduce reading each slot's position from
-    # the alignment): bitwise the slot-order forward, with biases and an expert map (EP rank
-    # 1 of 2: dropped slots have no position); the selection report names it
-    from fusedmoe.backends.triton import _extras
-    from fusedmoe.tuning import override
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", has_bias=True,
-                    parallel=ParallelConfig(ep_size=2, ep_rank=1))
-    w = mk.weights(cfg, scheme, seed=71).to(dev)
-    x, logits = mk.x(cfg, 37, seed=72).to(dev), mk.logits(cfg, 37, seed=73).to(dev)
-    c = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=2, num_warps=4, num_stages=2)
-    outs = []
-    for sy in (False, True):
-        with override((c, dict(c, SORTED_Y=sy))):
-            pe = build("triton", cfg, w)
-            outs.append(check(pe, cfg, w, x, logits)[0])
-            assert ("positions" in pe.kernel.experts.workspace(37, 2).buffers) == sy
-    assert torch.equal(outs[0], outs[1])
-    assert _extras(dict(c, SORTED_Y=True)).endswith(" sorted-y")
-
-
 @pytest.mark.parametrize("rescale", [False, True])
 @pytest.mark.parametrize("scheme", ["fp8_block", "fp8_channel"])
 def test_triton_grouped_nan_token_stays_in_its_row(mk, scheme, rescale):

@@ -84,9 +84,6 @@ def _check_align(res, ids, bm, E_, emap=None):
     assert (res.sorted_ids[total:] == n).all()                                # tail is sentinel
     assert torch.equal(res.expert_ids[: total // bm].cpu(), eid)
     assert (res.expert_ids[total // bm:] == -1).all()                          # harmless blocks
-    if res.positions is not None:                                             # the inverse of sorted_ids
-        kept = srt[srt < n].long()
-        assert torch.equal(res.sorted_ids.cpu()[res.positions.cpu()[kept].long()].long(), kept)
 
 
 @pytest.mark.parametrize("T,k,E_,bm,skew", [
@@ -122,12 +119,10 @@ def test_align_expert_map_drops_nonlocal(chunked):
     emap = torch.tensor([-1, 0, -1, -1, 1, -1, 2, -1], dtype=torch.int32, device=DEV)
     _, ids = _routing(30, 8, 2, seed=4)
     ids[0, 0] = 9
-    pos = torch.full((ids.numel(),), -7, dtype=torch.int32, device=DEV)
-    res = align_block_size(ids, 16, 3, emap, small_max=16 if chunked else 4096, chunk=16, positions=pos)
+    res = align_block_size(ids, 16, 3, emap, small_max=16 if chunked else 4096, chunk=16)
     _check_align(res, ids, 16, 3, emap)
     kept = ((ids == 1) | (ids == 4) | (ids == 6)).sum().item()
     assert (res.sorted_ids < ids.numel()).sum().item() == kept               # dropped pairs never appear
-    assert (pos >= 0).sum().item() == kept                                    # dropped slots: no position
 
 
 def test_align_deterministic_and_reuses_out():
@@ -219,29 +214,6 @@ def test_moe_forward_fp32_bias_split_k(reduce, split):
                              w13_bias=b13, w2_bias=b2, limit=0.5)
     ref = moe_naive_loop(x, w13, w2, tw, ids, "swigluoai", w13_bias=b13, w2_bias=b2, limit=0.5)
     assert _rel(out, ref) < 1e-5
-
-
-@pytest.mark.parametrize("H_", [64, 66])          # 66 fp32: rows of 264 B, no TMA store (pointer path)
-@pytest.mark.parametrize("split", [1, 4])
-def test_moe_sorted_y_matches_slot_order(H_, split):
-    # GEMM2 writing y in sorted_ids order (config SORTED_Y: one [BM, BN] box a tile, padding
-    # rows included) and the reduce reading slot s at positions[s]: bitwise the slot-order
-    # result, with K splits, an expert map dropping slots and an expert that gets no pair
-    w13, w2, b13, b2 = _weights(E, H_, I, torch.float32, bias=True)
-    x = _x(45, H_, torch.float32)
-    tw, ids = _routing(45, 8, K_TOP, seed=9)                 # 8 global experts, E = 5 local
-    emap = torch.tensor([0, -1, 1, 2, -1, 3, 4, -1], dtype=torch.int32, device=DEV)
-    ids[ids == 6] = 5                                        # local expert 4 gets nothing
-    c2 = dict(SMALL, SPLIT_K=split)
-    ref = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=SMALL, config2=c2, expert_map=emap,
-                             w13_bias=b13, w2_bias=b2)
-    out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=SMALL, config2=dict(c2, SORTED_Y=True),
-                             expert_map=emap, w13_bias=b13, w2_bias=b2)
-    assert torch.equal(out, ref)
-    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)) < 1e-5
-    res = align_block_size(ids, 16, E, emap)                 # no positions: a clear error
-    with pytest.raises(ValueError, match="positions"):
-        gemm2(torch.zeros(45 * K_TOP, I, device=DEV), w2, res, tw, config=dict(SMALL, SORTED_Y=True))
 
 
 @pytest.mark.parametrize("reduce", ["deterministic", "atomic"])

@@ -265,8 +265,7 @@ class TritonExperts(Experts):
             key = (M, topk)
         else:
             c1, c2 = self.configs(M)
-            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(M, c1, c2),
-                   bool(c2.get("SORTED_Y")))                                          # all it depends on
+            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(M, c1, c2))  # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -294,11 +293,9 @@ class TritonExperts(Experts):
         if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
             bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
-        y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce, dt, mp)
+        y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce, dt)
         if y is not None:
             bufs["y"] = y
-        if c2.get("SORTED_Y"):    # GEMM2 writes y in sorted order: each slot's row, from the align
-            bufs["positions"] = ((M * topk,), torch.int32)
         return WorkspaceSpec(bufs)
 
     def weight_and_reduce(self):
@@ -452,8 +449,7 @@ class TritonExperts(Experts):
         x, x_scale = self._quant(prep.a1q, w.a13_scale)
         pdl = self.prefill_pdl_for(T)
         align = align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,
-                                 out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]), pdl=pdl,
-                                 positions=ws.get("positions"))
+                                 out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]), pdl=pdl)
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
@@ -496,15 +492,12 @@ def _check(config: MoEConfig, quant, platform):
 
 
 def _extras(c: dict) -> str:
-    """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]', ' rescale',
-    ' sorted-y'."""
+    """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]', ' rescale'."""
     out = " tma" if c.get("USE_TMA") else ""
     if c.get("PERSISTENT"):
         out += f" persistent{c['PERSISTENT']}" + (" flat" if c.get("FLATTEN") else "")
     if c.get("RESCALE"):
         out += " rescale"
-    if c.get("SORTED_Y"):
-        out += " sorted-y"
     return out
 
 

@@ -10,9 +10,6 @@ Output (``AlignResult``):
                                                (deterministic); sentinel past the end too.
   expert_ids             int32 [max_padded/BM] local expert owning block b; -1 past the end.
   num_tokens_post_padded int32 [1]             padded total (a device scalar: no host sync).
-  positions (optional)   int32 [n]            position of slot s in sorted_ids (its inverse),
-                                               for GEMM2 writing y in sorted order (SORTED_Y);
-                                               unwritten for dropped slots.
 
 Pairs whose expert is not local (expert_map[g] == -1) or out of range are DROPPED: they
 never appear, so they cost nothing in the GEMMs and contribute zero.
@@ -68,7 +65,6 @@ class AlignResult:
     num_experts: int = 0                  # E_loc
     topk_ids: Optional[torch.Tensor] = None    # int [T, k] it was built from (the reduce reads it)
     expert_map: Optional[torch.Tensor] = None  # int32 [E_g] or None
-    positions: Optional[torch.Tensor] = None   # int32 [n]: sorted_ids[positions[s]] == s (kept s)
 
     @property
     def max_padded(self) -> int:
@@ -144,10 +140,10 @@ def _write_layout(sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, cnt, start, end, tot
 
 
 @triton.jit
-def _align_small_kernel(ids_ptr, map_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, pos_ptr,
+def _align_small_kernel(ids_ptr, map_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
                         n, num_global, E, max_padded, max_blocks,
                         HAS_MAP: tl.constexpr, BM: tl.constexpr, E_BINS: tl.constexpr, LOG_E: tl.constexpr,
-                        BLOCK: tl.constexpr, FILL_B: tl.constexpr, HAS_POS: tl.constexpr = False):
+                        BLOCK: tl.constexpr, FILL_B: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     loc = _local_expert(ids_ptr, map_ptr, offs, n, num_global, E, HAS_MAP)        # [BLOCK]
     counts = tl.histogram(loc, E_BINS)                                          # [E_BINS]
@@ -160,8 +156,6 @@ def _align_small_kernel(ids_ptr, map_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_p
     first = tl.cumsum(counts, 0) - counts      # first sorted position of each expert's pairs
     base = tl.gather(start - first, tl.minimum(se, E_BINS - 1), 0)              # [BLOCK]
     tl.store(sorted_ids_ptr + base + offs, keys % BLOCK, mask=se < E)
-    if HAS_POS:
-        tl.store(pos_ptr + keys % BLOCK, base + offs, mask=se < E)
 
 
 @triton.jit
@@ -206,9 +200,9 @@ def _align_scan_kernel(counts_ptr, base_ptr, sorted_ids_ptr, expert_ids_ptr, ntp
 
 
 @triton.jit
-def _align_scatter_kernel(ids_ptr, map_ptr, base_ptr, sorted_ids_ptr, pos_ptr, n, num_global, E,
+def _align_scatter_kernel(ids_ptr, map_ptr, base_ptr, sorted_ids_ptr, n, num_global, E,
                           HAS_MAP: tl.constexpr, E_BINS: tl.constexpr, CHUNK_: tl.constexpr,
-                          PDL: tl.constexpr = False, HAS_POS: tl.constexpr = False):
+                          PDL: tl.constexpr = False):
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
@@ -220,8 +214,6 @@ def _align_scatter_kernel(ids_ptr, map_ptr, base_ptr, sorted_ids_ptr, pos_ptr, n
     keep = se < E
     base = tl.load(base_ptr + c * E_BINS + se, mask=keep, other=0)
     tl.store(sorted_ids_ptr + base + i, c * CHUNK_ + keys % CHUNK_, mask=keep)
-    if HAS_POS:
-        tl.store(pos_ptr + c * CHUNK_ + keys % CHUNK_, base + i, mask=keep)
 
 
 # ----------------------------------------------------------------------------------------
@@ -244,8 +236,7 @@ def _small_launch(n: int, block_m: int, num_experts: int, has_map: bool) -> tupl
 def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
                      expert_map: Optional[torch.Tensor] = None, *,
                      out: Optional[AlignResult] = None,
-                     small_max: int = SMALL_MAX, chunk: Optional[int] = CHUNK, pdl: bool = False,
-                     positions: Optional[torch.Tensor] = None) -> AlignResult:
+                     small_max: int = SMALL_MAX, chunk: Optional[int] = CHUNK, pdl: bool = False) -> AlignResult:
     """Group the n = T*k pairs of ``topk_ids`` [T, k] by local expert, padded to ``block_m``.
 
     ``num_experts`` is E_loc (w13.shape[0]); ``expert_map`` int32 [E_g] maps global ids to
@@ -254,7 +245,6 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
     No host sync: safe inside CUDA-graph capture once compiled. ``pdl`` (sm90+, triton with
     griddepcontrol): the chunked path's scan and scatter are programmatic dependent launches
     of the kernel before (each waits for it before any read), as the GEMM after them can be.
-    ``positions`` int32 [n]: also written, the position of each kept slot in sorted_ids.
     """
     ids = topk_ids.reshape(-1)                                                  # [n]
     if not ids.is_contiguous():
@@ -267,9 +257,7 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
                           torch.empty(mp // block_m, dtype=torch.int32, device=dev),
                           torch.empty(1, dtype=torch.int32, device=dev))
     out.block_m, out.num_pairs, out.num_experts = block_m, n, num_experts
-    out.topk_ids, out.expert_map, out.positions = topk_ids, expert_map, positions
-    has_pos = positions is not None
-    pos = positions if has_pos else ids                       # any pointer when absent
+    out.topk_ids, out.expert_map = topk_ids, expert_map
     sorted_ids, expert_ids, ntpp = out.sorted_ids, out.expert_ids, out.num_tokens_post_padded
     mp, mb = sorted_ids.numel(), expert_ids.numel()
     has_map = expert_map is not None
@@ -278,8 +266,8 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
     if n <= small_max:
         constexprs, num_warps = _small_launch(n, block_m, num_experts, has_map)
         launch(_align_small_kernel, (1,),
-               (ids, emap, sorted_ids, expert_ids, ntpp, pos, n, n_global, num_experts, mp, mb),
-               dict(constexprs, HAS_POS=True) if has_pos else constexprs, num_warps=num_warps)
+               (ids, emap, sorted_ids, expert_ids, ntpp, n, n_global, num_experts, mp, mb),
+               constexprs, num_warps=num_warps)
         return out
     e_bins, log_e = _bins(num_experts)
     chunk = chunk or _chunk_for(n)
@@ -292,7 +280,6 @@ def align_block_size(topk_ids: torch.Tensor, block_m: int, num_experts: int,
            (counts, base, sorted_ids, expert_ids, ntpp, num_chunks, n, num_experts, mp, mb),
            dict(BM=block_m, E_BINS=e_bins, LOG_E=log_e, CB=max(1, 4096 // e_bins), FILL_B=_FILL_B, PDL=pdl),
            num_warps=8, launch_pdl=pdl)
-    launch(_align_scatter_kernel, (num_chunks,), (ids, emap, base, sorted_ids, pos, n, n_global, num_experts),
-           dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, PDL=pdl, HAS_POS=has_pos), num_warps=4,
-           launch_pdl=pdl)
+    launch(_align_scatter_kernel, (num_chunks,), (ids, emap, base, sorted_ids, n, n_global, num_experts),
+           dict(HAS_MAP=has_map, E_BINS=e_bins, CHUNK_=chunk, PDL=pdl), num_warps=4, launch_pdl=pdl)
     return out

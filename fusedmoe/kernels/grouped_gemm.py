@@ -175,8 +175,8 @@ def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
 @triton.jit
 def _gemm_tile(
     pid_m, pid_n, pid_k, e,
-    a_ptr, b_ptr, b_desc, c_ptr, c_desc, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
-    N_OUT, K, num_pairs, k_tiles, c_split_rows,
+    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
+    N_OUT, K, num_pairs, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
     stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
@@ -188,7 +188,6 @@ def _gemm_tile(
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
-    C_SORTED: tl.constexpr, C_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
@@ -379,25 +378,15 @@ def _gemm_tile(
         tl.store(c_ptrs, _quantize(acc, sc, "fp8", BITWISE_FP8), mask=c_mask)
     elif ATOMIC:
         tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
-    elif C_SORTED:
-        # y rows in sorted order (row = position in sorted_ids, padding rows included): a
-        # tile is one [BM, BN] box of y [S * c_split_rows, N], stored whole (TMA: columns past
-        # N clipped by the descriptor); the reduce finds slot s at AlignResult.positions[s]
-        if C_TMA:
-            c_desc.store([pid_k * c_split_rows + pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
-        else:
-            p_ptrs = (c_ptr + (pid_k * c_split_rows + offs_m).to(tl.int64)[:, None] * stride_cm
-                      + offs_n[None, :] * stride_cn)
-            tl.store(p_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_n < N_OUT)[None, :])
     else:
         tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
 def _moe_gemm_kernel(
-    a_ptr, b_ptr, b_desc, c_ptr, c_desc, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
+    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
     sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, c_scale_ptr,
-    N_OUT, K, num_pairs, num_m_blocks, k_tiles, c_split_rows,
+    N_OUT, K, num_pairs, num_m_blocks, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
     stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
@@ -409,7 +398,6 @@ def _moe_gemm_kernel(
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
-    C_SORTED: tl.constexpr, C_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -434,15 +422,15 @@ def _moe_gemm_kernel(
             e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
             _gemm_tile(
                 pid_m, pid_n, pid_k, e,
-                a_ptr, b_ptr, b_desc, c_ptr, c_desc, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-                c_scale_ptr, N_OUT, K, num_pairs, k_tiles, c_split_rows,
+                a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+                c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
                 stride_am, stride_ak, stride_be, stride_bn, stride_bk,
                 stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
                 stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, C_SORTED, C_TMA, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+                Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -458,24 +446,23 @@ def _moe_gemm_kernel(
                 return
         _gemm_tile(
             pid_m, pid_n, pid_k, e,
-            a_ptr, b_ptr, b_desc, c_ptr, c_desc, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-            c_scale_ptr, N_OUT, K, num_pairs, k_tiles, c_split_rows,
+            a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+            c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
             stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
             stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, C_SORTED, C_TMA, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+            Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
 @triton.jit(do_not_specialize=["num_global"])
-def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, pos_ptr, H, num_global, E,
+def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, H, num_global, E,
                        stride_ys, stride_ym, stride_om,
                        TOP_K: tl.constexpr, SPLIT_K: tl.constexpr, HAS_MAP: tl.constexpr,
-                       BLOCK_H: tl.constexpr, PDL: tl.constexpr = False, HAS_POS: tl.constexpr = False):
-    """out[t] = sum over kept slots j (then splits) of y[split, t*k + j]: a fixed order.
-    HAS_POS: y rows are in sorted order, slot s in row pos[s] (GEMM2's SORTED_Y)."""
+                       BLOCK_H: tl.constexpr, PDL: tl.constexpr = False):
+    """out[t] = sum over kept slots j (then splits) of y[split, t*k + j]: a fixed order."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
@@ -492,12 +479,8 @@ def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, pos_ptr, H, num_global,
         # dropped slots were never written: do not read them (mask limit 0, not a scalar
         # '&', which the interpreter turns into an int32 mask)
         h_lim = tl.where((loc >= 0) & (loc < E), H, 0)
-        if HAS_POS:   # (a dropped slot's position is garbage: only its masked-off row address)
-            row = tl.load(pos_ptr + s).to(tl.int64)
-        else:
-            row = s
         for sp in tl.static_range(SPLIT_K):
-            acc += tl.load(y_ptr + sp * stride_ys + row * stride_ym + offs, mask=offs < h_lim, other=0.0).to(tl.float32)
+            acc += tl.load(y_ptr + sp * stride_ys + s * stride_ym + offs, mask=offs < h_lim, other=0.0).to(tl.float32)
     tl.store(out_ptr + t * stride_om + offs, acc.to(out_ptr.dtype.element_ty), mask=offs < H)
 
 
@@ -542,11 +525,6 @@ def _tma_ok(b: torch.Tensor) -> bool:
             and b.shape[0] * b.shape[1] < 2 ** 31)
 
 
-def _tma_store_ok(c: torch.Tensor) -> bool:
-    """y [rows, N] as a TMA store target: contiguous, 16-byte aligned rows and base."""
-    return c.is_contiguous() and (c.shape[1] * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0
-
-
 _NUM_SMS: dict = {}
 
 
@@ -563,8 +541,7 @@ def _num_sms(device: torch.device) -> int:
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
             quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False,
-            a_group=None, out_scale=None, out_group=0, out_pow2=False, c_sorted=None):
-    # c_sorted: y [S * P, N] (P = the AlignResult's max_padded) written in sorted row order
+            a_group=None, out_scale=None, out_group=0, out_pow2=False):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
     assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
@@ -590,9 +567,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     b_desc = None
     if config.get("USE_TMA", False) and TensorDescriptor is not None and _tma_ok(b):
         b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
-    c_desc = None
-    if c_sorted is not None and TensorDescriptor is not None and _tma_store_ok(c_sorted):
-        c_desc = TensorDescriptor.from_tensor(c_sorted, [BM, BN])
     a_dt, b_dt = a.dtype, b.dtype
     s_am, s_ak = a.stride()[:2]                      # one stride() call per tensor, not one per dim
     s_be, s_bn, s_bk = b.stride()[:3]
@@ -600,10 +574,10 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
     # positional: every non-constexpr parameter of _moe_gemm_kernel, in signature order
     launch(_moe_gemm_kernel, grid, (
-        a, b, b_desc, _q_arg(c) if out_group else c, c_desc, bias if bias is not None else a, sa, sb,
+        a, b, b_desc, _q_arg(c) if out_group else c, bias if bias is not None else a, sa, sb,
         topk_weights if topk_weights is not None else a, align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
         out_scale if out_group else a,
-        n_out, K, align.num_pairs, num_m_blocks, k_tiles, align.max_padded,
+        n_out, K, align.num_pairs, num_m_blocks, k_tiles,
         s_am, s_ak, s_be, s_bn, s_bk,
         stride_cs, s_cm, s_cn, s_bias_e, s_bias_n,
         sam, sak, sbe, sbn, sbk, out_scale.stride(0) if out_group else 0,
@@ -618,7 +592,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None, RESCALE=rescale,
         SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0 and n_out % gn == 0,   # tiles inside one group
         Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=bool(out_group) and _bitwise_fp8(c),
-        C_SORTED=c_sorted is not None, C_TMA=c_desc is not None,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
@@ -667,17 +640,15 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
 
 
 def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict, reduce: str,
-                         out_dtype: torch.dtype, padded_rows: Optional[int] = None):
+                         out_dtype: torch.dtype):
     """(shape, dtype) of the scratch ``gemm2`` needs, or None.
 
-    deterministic: y [S, n, H] in out_dtype (fp32 when S > 1: the splits are summed later),
-    [S, padded_rows, H] with config SORTED_Y (``padded_rows`` = the AlignResult's max_padded);
+    deterministic: y [S, n, H] in out_dtype (fp32 when S > 1: the splits are summed later);
     atomic: an fp32 [T, H] accumulator unless ``out`` itself is fp32.
     """
     split = config.get("SPLIT_K", 1)
     if reduce == "deterministic":
-        rows = padded_rows if config.get("SORTED_Y") else num_tokens * top_k
-        return (split, rows, hidden), (out_dtype if split == 1 else torch.float32)
+        return (split, num_tokens * top_k, hidden), (out_dtype if split == 1 else torch.float32)
     if out_dtype == torch.float32:
         return None
     return (num_tokens, hidden), torch.float32
@@ -698,9 +669,6 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     and the reduce as programmatic dependent launches (as in ``gemm1_act``). ``a_group`` g:
     a_scale [n, ceil(I/g)] holds 1 x g group scales of h (``gemm1_act``'s ``out_group``)
     whatever ``quant`` says of w2 (BLOCK_SIZE_K must divide g; RESCALE applies).
-    Config SORTED_Y (deterministic reduce): y rows in sorted_ids order, one [BM, BN] box per
-    tile (a TMA store where the descriptor is available), the reduce finding slot s at
-    ``align.positions[s]`` (``align_block_size(..., positions=)`` must have written them).
     """
     T, k = topk_weights.shape
     H = w2.shape[1]
@@ -708,11 +676,7 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
         out = torch.empty(T, H, dtype=_compute_dtype(h), device=h.device)        # [T, H]
     if T == 0:
         return out
-    sorted_y = bool(config.get("SORTED_Y")) and reduce == "deterministic"
-    if sorted_y and align.positions is None:
-        raise ValueError("config SORTED_Y: the AlignResult has no positions; build it with "
-                         "align_block_size(..., positions=torch.empty(T * k, dtype=torch.int32))")
-    spec = gemm2_workspace_spec(T, k, H, config, reduce, out.dtype, align.max_padded)
+    spec = gemm2_workspace_spec(T, k, H, config, reduce, out.dtype)
     if spec is not None and workspace is None:
         workspace = torch.empty(spec[0], dtype=spec[1], device=h.device)
     atomic = reduce == "atomic"
@@ -724,19 +688,16 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
         c, c_div, stride_cs = workspace[0], 1, workspace.stride(0)               # y [S, n, H]
     _launch(h, w2, c, align, n_out=H, a_div=1, c_div=c_div, act=_NO_ACT, config=config, bias=bias,
             topk_weights=topk_weights if mul_routed_weight else None, atomic=atomic, stride_cs=stride_cs,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl, a_group=a_group,
-            c_sorted=workspace.view(-1, H) if sorted_y else None)
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl, a_group=a_group)
     if not atomic:
-        moe_reduce(workspace, out, align, pdl=pdl, positions=align.positions if sorted_y else None)
+        moe_reduce(workspace, out, align, pdl=pdl)
     elif c is not out:
         out.copy_(c)
     return out
 
 
-def moe_reduce(y: torch.Tensor, out: torch.Tensor, align: AlignResult, pdl: bool = False,
-               positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+def moe_reduce(y: torch.Tensor, out: torch.Tensor, align: AlignResult, pdl: bool = False) -> torch.Tensor:
     """out [T, H] = sum over kept slots and splits of y [S, n, H]; dropped slots read as 0.
-    ``positions`` int32 [n]: y [S, P, H] holds slot s in row positions[s] (SORTED_Y).
     ``pdl``: a programmatic dependent launch (as in ``gemm1_act``)."""
     T, H = out.shape
     ids = align.topk_ids
@@ -749,11 +710,11 @@ def moe_reduce(y: torch.Tensor, out: torch.Tensor, align: AlignResult, pdl: bool
     block_h = min(next_power_of_2(H), 1024)
     s_ys, s_ym = y.stride()[:2]
     launch(_moe_reduce_kernel, (T, cdiv(H, block_h)), (
-        y, out, ids, emap if has_map else ids, positions if positions is not None else ids, H,
+        y, out, ids, emap if has_map else ids, H,
         emap.numel() if has_map else align.num_experts, align.num_experts,
         s_ys, s_ym, out.stride(0),
-    ), dict(TOP_K=k, SPLIT_K=y.shape[0], HAS_MAP=has_map, BLOCK_H=block_h, PDL=pdl,
-            HAS_POS=positions is not None), num_warps=4, launch_pdl=pdl)
+    ), dict(TOP_K=k, SPLIT_K=y.shape[0], HAS_MAP=has_map, BLOCK_H=block_h, PDL=pdl), num_warps=4,
+        launch_pdl=pdl)
     return out
 
 
@@ -847,9 +808,7 @@ def moe_forward_triton(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     bm = config1["BLOCK_SIZE_M"]
     if bm % config2["BLOCK_SIZE_M"]:
         config2 = dict(config2, BLOCK_SIZE_M=bm)
-    positions = (torch.empty(T * k, dtype=torch.int32, device=x.device)
-                 if config2.get("SORTED_Y") and reduce == "deterministic" else None)
-    align = align_block_size(topk_ids, bm, E, expert_map, positions=positions)
+    align = align_block_size(topk_ids, bm, E, expert_map)
     h = gemm1_act(x, w13, align, k, activation, bias=w13_bias, swiglu_limit=swiglu_limit,
                   alpha=alpha, limit=limit, config=config1)                    # [n, I]
     return gemm2(h, w2, align, topk_weights, out, bias=w2_bias, config=config2, reduce=reduce)
