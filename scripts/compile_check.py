@@ -29,6 +29,11 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+except ImportError:  # pragma: no cover
+    TensorDescriptor = None
+
 _DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "i32",
        torch.int64: "i64", torch.float8_e4m3fn: "fp8e4nv", torch.int8: "i8", torch.uint8: "u8"}
 
@@ -53,6 +58,8 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(a, float):
             sig[p.name] = "fp32"
+        elif TensorDescriptor is not None and isinstance(a, TensorDescriptor):   # host-side TMA descriptor
+            sig[p.name] = f"tensordesc<{_DT[a.base.dtype]}[{', '.join(map(str, a.block_shape))}]>"
         elif a is None:                               # e.g. no TMA descriptor
             sig[p.name] = "constexpr"
             consts[p.name] = None
@@ -119,6 +126,12 @@ def grouped_cases() -> list:
                 if not label:
                     out.append((f"grouped gemm1 {tag}", captured[0]))
                 out.append((f"grouped gemm2 {tag}{label}", captured[1]))
+        # weight tiles through a host-side TMA descriptor (USE_TMA, as the shipped T=16384 tiles)
+        captured.clear()
+        gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
+                 torch.empty(T, H, dtype=bf), config=dict(c2, BLOCK_SIZE_K=64, USE_TMA=True),
+                 workspace=torch.empty(1, n, H, dtype=bf))
+        out.append(("grouped gemm2 bfloat16 tma", captured[0]))
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
