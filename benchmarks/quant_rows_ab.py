@@ -1,6 +1,6 @@
 """Row quantizers (kernels/quantize.py) on prefill sizes: rows per program swept, GB/s.
 
-    python3 benchmarks/quant_rows_ab.py [--out quant_rows_ab.json]
+    python3 benchmarks/quant_rows_ab.py [--out quant_rows_ab.json] [--reciprocal]
 
 Per-token fp8 / int8 of h [T*k, I] and x [T, H] (qwen3-30b-a3b, T = 16384: the W8A8 grouped
 path's requantization and input quantization), 1 x 128 group fp8 of x [T, 7168] and h
@@ -49,6 +49,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="quant_rows_ab.json")
     ap.add_argument("--warps", action="store_true", help="only the rows x num_warps sweep of h [131072, 768]")
+    ap.add_argument("--reciprocal", action="store_true",
+                    help="each case with the division by the scale and through its reciprocal (RECIPROCAL_DIV)")
     a = ap.parse_args()
     bw = hz.measure_ceilings("cuda").copy_gbps
     if a.warps:
@@ -61,12 +63,17 @@ def main():
         fn = {"fp8_token": qk.quant_fp8_token, "int8_token": qk.quant_int8_token,
               "fp8_group": qk.quant_fp8_group}[kind]
         nbytes = xs[0].numel() * 3 + xs[0].numel() * 4 // (1 if kind != "fp8_group" else 128) // shape[1]
-        for rows in (None, 1, 2, 4, 8, 16):
+        grid = [(r, None) for r in (None, 1, 2, 4, 8, 16)]
+        if a.reciprocal:     # rule rows, division vs reciprocal, twice each (alternating)
+            grid = [(None, rcp) for _ in range(2) for rcp in (False, True)]
+        for rows, rcp in grid:
+            kw = {} if rcp is None else dict(reciprocal=rcp)
             try:
-                us = hz.time_graph([lambda x=x: fn(x, rows_per_program=rows) for x in xs])
-                r = dict(case=label, rows=rows or "rule", us=us, gbps=nbytes / us / 1e3, pct=100 * nbytes / us / 1e3 / bw)
+                us = hz.time_graph([lambda x=x: fn(x, rows_per_program=rows, **kw) for x in xs])
+                r = dict(case=label, rows=rows or "rule", reciprocal=rcp, us=us, gbps=nbytes / us / 1e3,
+                         pct=100 * nbytes / us / 1e3 / bw)
             except Exception as e:  # noqa: BLE001  (a failing variant is a result)
-                r = dict(case=label, rows=rows or "rule", error=f"{type(e).__name__}: {str(e)[:200]}")
+                r = dict(case=label, rows=rows or "rule", reciprocal=rcp, error=f"{type(e).__name__}: {str(e)[:200]}")
             res.append(r)
             print(r, flush=True)
         del xs

@@ -328,24 +328,24 @@ def main() -> int:
             (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, **q)),
         ]
 
-    def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf):
+    def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf, rcp=False):
         """_quant_rows_kernel on a [rows, bk] tile (num_warps as quantize._launch_rows)."""
         qd = fp8 if qt == "fp8" else torch.int8
         return (label, (qk._quant_rows_kernel, (1,), (
             torch.empty(1, K, dtype=dt), torch.empty(1, K, dtype=qd), torch.empty(1), torch.empty(1, dtype=torch.int32),
             torch.empty(1, dtype=torch.int32) if counts else torch.empty(1), 1000, K, 64 if counts else 1, K, K),
             dict(MODE=mode, QTYPE=qt, QMAX=448.0 if qt == "fp8" else 127.0, BITWISE_FP8=False,
-                 HAS_COUNTS=counts, BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl),
+                 HAS_COUNTS=counts, BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl, RCP=rcp),
             8 if rows * bk >= 2048 else 4, None, pdl))
 
-    def group_case(label, K, rows, gpp, counts=False, pdl=False, pow2=False):
+    def group_case(label, K, rows, gpp, counts=False, pdl=False, pow2=False, rcp=False):
         """_quant_group_kernel on a [rows, gpp, 128] tile (num_warps as quant_fp8_group)."""
         return (label, (qk._quant_group_kernel, (1, 1), (
             torch.empty(1, K, dtype=bf), torch.empty(1, K, dtype=fp8), torch.empty(1, K // 128),
             torch.empty(1, dtype=torch.int32) if counts else torch.empty(1),
             1000, K, K // 128, 64 if counts else 1, K, K, K // 128),
             dict(GROUP=128, GROUP_P2=128, GROUPS_PER_PROG=gpp, POW2=pow2, BITWISE_FP8=False, HAS_COUNTS=counts,
-                 ROWS=rows, PDL=pdl), 8 if rows * gpp * 128 > 4096 else 4, None, pdl))
+                 ROWS=rows, PDL=pdl, RCP=rcp), 8 if rows * gpp * 128 > 4096 else 4, None, pdl))
 
     for qt in ("fp8", "int8"):
         cases.append(rows_case(f"quant rows pdl {qt}", H, 1, 2048, qt=qt, pdl=True))
@@ -363,6 +363,10 @@ def main() -> int:
         group_case("quant group R=8 K=768", 768, 8, 8),
         group_case("quant group R=4 K=2048 counts pow2", H, 4, 16, counts=True, pow2=True),
         group_case("quant group R=4 K=7168 pdl", 7168, 4, 16, pdl=True),
+        # the division through the scale's reciprocal (quantize.RECIPROCAL_DIV)
+        rows_case("quant rows rcp R=1 K=768 fp8", 768, 1, 1024, rcp=True),
+        rows_case("quant rows rcp R=1 K=768 int8", 768, 1, 1024, qt="int8", rcp=True),
+        group_case("quant group rcp R=2 K=256", 256, 2, 2, rcp=True),
     ]
     # the alignment's chunked path as a PDL chain (align_block_size(pdl=True))
     from fusedmoe.kernels import align as al

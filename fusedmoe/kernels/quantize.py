@@ -52,6 +52,10 @@ _AMAX_FLOOR = 1e-12
 _MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp32 / thread at 8 warps)
 _PROG_ELEMS = 2048      # input elements a row-quantization program aims to move (_rows_per_program)
 _MIN_PROGRAMS = 264     # 2 per SM of a 132-SM H100: more rows per program only above this
+# the row / group quantizers divide through the scale's reciprocal (``_quantize``'s RCP):
+# bitwise the same codes (tests/test_kernels_quantize.py); OFF until measured on a GPU
+# (benchmarks/quant_rows_ab.py --reciprocal; docs/NOTES.md next steps)
+RECIPROCAL_DIV = False
 
 
 # ----------------------------------------------------------------------------- shared device helpers
@@ -164,9 +168,23 @@ def _fp8_e4m3_bits(y):
 
 
 @triton.jit
-def _quantize(x, scale, QTYPE: tl.constexpr, BITWISE_FP8: tl.constexpr):
-    """x (any float) / scale -> the value to store: fp8 (or its uint8 bits), or int8."""
-    y = tl.math.div_rn(x.to(tl.float32), scale)         # IEEE division, like the reference's x / s
+def _quantize(x, scale, QTYPE: tl.constexpr, BITWISE_FP8: tl.constexpr, RCP: tl.constexpr = False):
+    """x (any float) / scale -> the value to store: fp8 (or its uint8 bits), or int8.
+
+    RCP: the quotient from the correctly rounded reciprocal of the scale (one division per
+    scale, not per element) and one Markstein correction, q = x*r, q += (x - q*s)*r with
+    fused multiply-adds: the correctly rounded x / s (Markstein's theorem; quotients here
+    are at most 448 in magnitude, so nothing overflows), a zero keeping x's sign. Fewer
+    instructions than ``div_rn`` per element, which is what the requantization of h spends
+    its issue slots on (ncu, docs/BENCHMARKS.md ninth session)."""
+    if RCP:
+        xf = x.to(tl.float32)
+        inv = tl.math.div_rn(1.0, scale)
+        q = xf * inv
+        y = tl.math.fma(tl.math.fma(-q, scale, xf), inv, q)
+        y = tl.where(q == 0.0, q, y)                    # -0 stays -0 (x / s would keep it)
+    else:
+        y = tl.math.div_rn(x.to(tl.float32), scale)     # IEEE division, like the reference's x / s
     if QTYPE == "int8":
         y = tl.where(y != y, 0.0, _clamp_sym(y, 127.0))
         r = tl.floor(y + 0.5)                           # exact for |y| <= 127
@@ -225,7 +243,7 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K,
                        MODE: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                        BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
                        BLOCK_K: tl.constexpr, ONE_CHUNK: tl.constexpr, ROWS: tl.constexpr = 1,
-                       PDL: tl.constexpr = False):
+                       PDL: tl.constexpr = False, RCP: tl.constexpr = False):
     """ROWS rows per program as a [ROWS, BLOCK_K] tile (how many: ``_rows_per_program``, from
     H100 measurements; mostly 1 for per-token rows). Rows past T and padding rows are
     masked off (no early exit: the other rows of the tile still run). MODE "token": scale_ptr
@@ -263,12 +281,12 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K,
     elif MODE == "tensor_static":
         scale = tl.load(scale_ptr)
     if ONE_CHUNK and MODE == "token":
-        tl.store(q_rows + cols, _quantize(x, scale, QTYPE, BITWISE_FP8), mask=m)
+        tl.store(q_rows + cols, _quantize(x, scale, QTYPE, BITWISE_FP8, RCP), mask=m)
     else:
         for k0 in range(0, K, BLOCK_K):
             mk = row_ok & (k0 + cols < K)
             xk = tl.load(x_rows + k0 + cols, mask=mk, other=0.0)
-            tl.store(q_rows + k0 + cols, _quantize(xk, scale, QTYPE, BITWISE_FP8), mask=mk)
+            tl.store(q_rows + k0 + cols, _quantize(xk, scale, QTYPE, BITWISE_FP8, RCP), mask=mk)
 
 
 @triton.jit
@@ -276,7 +294,7 @@ def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, T, K, G, T_MAX,
                         stride_xm, stride_qm, stride_sm,
                         GROUP: tl.constexpr, GROUP_P2: tl.constexpr, GROUPS_PER_PROG: tl.constexpr,
                         POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
-                        ROWS: tl.constexpr = 1, PDL: tl.constexpr = False):
+                        ROWS: tl.constexpr = 1, PDL: tl.constexpr = False, RCP: tl.constexpr = False):
     """Program (i, j) quantizes groups [j*GPP, (j+1)*GPP) of rows [i*ROWS, (i+1)*ROWS) as a
     [ROWS, GPP, g] tile (several rows per program for the reason given in
     ``_quant_rows_kernel``); rows past T and padding rows are masked off. PDL as there."""
@@ -294,7 +312,7 @@ def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, T, K, G, T_MAX,
     scale = _scale_from_amax_bits(tl.max(_abs_bits(x), axis=2), 448.0, POW2)   # [R, GPP]
     tl.store(scale_ptr + r64 * stride_sm + grp[None, :], scale, mask=row_ok & (grp[None, :] < G))
     tl.store(q_ptr + (r64 * stride_qm)[:, :, None] + cols,
-             _quantize(x, scale[:, :, None], "fp8", BITWISE_FP8), mask=m)
+             _quantize(x, scale[:, :, None], "fp8", BITWISE_FP8, RCP), mask=m)
 
 
 @triton.jit
@@ -401,7 +419,8 @@ def _check_rows(rows: int) -> int:
     return rows
 
 
-def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None):
+def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None,
+                 reciprocal=None):
     # (rows / num_warps given: benchmarks/quant_rows_ab.py's sweeps; None: the measured rules)
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
@@ -415,7 +434,8 @@ def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, ro
             counts if counts is not None else scale, T, K, max(t_max, 1), x2.stride(0), q2.stride(0)),
            dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
                 BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
-                BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl),
+                BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl,
+                RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal)),
            num_warps=num_warps or (8 if rows * bk >= 2048 else 4), launch_pdl=pdl)   # 4..32 elements per thread
 
 
@@ -451,39 +471,44 @@ def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor]
     return q, s
 
 
-def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None, num_warps=None):
+def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None, num_warps=None, reciprocal=None):
     q = out if out is not None else torch.empty(x.shape, dtype=dtype, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
                                                             device=x.device)
-    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows, num_warps=num_warps)
+    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows, num_warps=num_warps, reciprocal=reciprocal)
     return q, s
 
 
 def quant_fp8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-                    pdl: bool = False, rows_per_program: Optional[int] = None):
+                    pdl: bool = False, rows_per_program: Optional[int] = None,
+                    reciprocal: Optional[bool] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., 1]); scale per row = amax / 448.
     ``pdl`` (sm90+): a programmatic dependent launch that also lets the next kernel launch
     early (the decode chain of the triton backend). ``rows_per_program`` as in
-    ``quant_fp8_tensor``."""
-    return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts, pdl, rows_per_program)
+    ``quant_fp8_tensor``; ``reciprocal`` as in ``quant_fp8_group``."""
+    return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts, pdl, rows_per_program,
+                        reciprocal=reciprocal)
 
 
 def quant_int8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                      out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-                     pdl: bool = False, rows_per_program: Optional[int] = None):
+                     pdl: bool = False, rows_per_program: Optional[int] = None,
+                     reciprocal: Optional[bool] = None):
     """x float [..., K] -> (int8 [..., K], fp32 [..., 1]); scale = amax / 127, round half to even.
-    ``pdl`` and ``rows_per_program`` as in ``quant_fp8_token``."""
-    return _quant_token(x, torch.int8, "int8", out, out_scale, counts, pdl, rows_per_program)
+    ``pdl``, ``rows_per_program`` and ``reciprocal`` as in ``quant_fp8_token``."""
+    return _quant_token(x, torch.int8, "int8", out, out_scale, counts, pdl, rows_per_program,
+                        reciprocal=reciprocal)
 
 
 def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
                     out: Optional[torch.Tensor] = None, out_scale: Optional[torch.Tensor] = None,
                     counts: Optional[torch.Tensor] = None, pdl: bool = False,
-                    rows_per_program: Optional[int] = None):
+                    rows_per_program: Optional[int] = None, reciprocal: Optional[bool] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., G]), 1 x group blocks; the last
     group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style). ``pdl``
-    and ``rows_per_program`` as in ``quant_fp8_token``."""
+    and ``rows_per_program`` as in ``quant_fp8_token``; ``reciprocal`` None: RECIPROCAL_DIV
+    (the division through the scale's reciprocal, ``_quantize``'s RCP; the same codes)."""
     K = x.shape[-1]
     G = cdiv(K, group)
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
@@ -503,7 +528,8 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
            (x2, _q_arg(q2), s2, counts if counts is not None else s2, T, K, G, max(t_max, 1),
             x2.stride(0), q2.stride(0), s2.stride(0)),
            dict(GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
-                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, ROWS=rows, PDL=pdl),
+                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, ROWS=rows, PDL=pdl,
+                RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal)),
            num_warps=8 if rows * gpp * gp2 > 4096 else 4, launch_pdl=pdl)   # at most 32 per thread
     return q, s
 
