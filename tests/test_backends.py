@@ -302,7 +302,7 @@ def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
         monkeypatch.setenv("FUSEDMOE_H_QUANT", mode)
         with override((c1, c2)):
             pe = build("triton", cfg, w)
-            g = pe.kernel.experts._h_epilogue(23, c1, c2)
+            g = pe.kernel.experts._h_epilogue(c1, c2)
             assert g == (128 if mode == "epilogue" else 0)  # (kernel: the default)
             assert pe.h_group(23) == (128 if mode == "epilogue" and scheme == "fp8_channel" else None)
             outs[mode] = check(pe, cfg, w, x, logits)[0]

@@ -246,9 +246,9 @@ class TritonExperts(Experts):
             c2 = dict(c2, BLOCK_SIZE_M=c1["BLOCK_SIZE_M"])
         return c1, c2
 
-    def _h_epilogue(self, T: int, c1: dict, c2: dict) -> int:
-        """The group g GEMM1's epilogue quantizes h with on a grouped-path call (0: a kernel
-        after it does): ``h_epilogue_group``."""
+    def _h_epilogue(self, c1: dict, c2: dict) -> int:
+        """The group g GEMM1's epilogue quantizes h with on a grouped-path call with these
+        launch configs (0: a kernel after it does): ``h_epilogue_group``."""
         return h_epilogue_group(self.scheme, c1, c2) if self.h_epilogue else 0
 
     def h_group(self, T: int):
@@ -257,7 +257,7 @@ class TritonExperts(Experts):
         ``reference_moe(..., h_group=g)``; None where it follows the scheme's rule."""
         if self.quant_mode != "channel" or T * self.config.top_k <= self.decode_pairs:
             return None
-        return self._h_epilogue(T, *self.configs(T)) or None
+        return self._h_epilogue(*self.configs(T)) or None
 
     def workspace(self, M, topk):
         # called per forward (it keys the framework's buffer cache): memoized per launch config
@@ -265,7 +265,7 @@ class TritonExperts(Experts):
             key = (M, topk)
         else:
             c1, c2 = self.configs(M)
-            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(M, c1, c2))  # all it depends on
+            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2))  # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -289,7 +289,7 @@ class TritonExperts(Experts):
         bufs = {"sorted_ids": ((mp,), torch.int32), "expert_ids": ((mp // bm,), torch.int32),
                 "ntpp": ((1,), torch.int32), "h": ((M * topk, c.intermediate_size), dt),
                 "out": ((M, c.hidden_size), dt)}
-        g = self._h_epilogue(M, c1, c2)
+        g = self._h_epilogue(c1, c2)
         if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
             bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
@@ -453,7 +453,7 @@ class TritonExperts(Experts):
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
-        g = self._h_epilogue(T, c1, c2)
+        g = self._h_epilogue(c1, c2)
         act = dict(swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit)
         a_group = None
         if g:   # h fp8 in 1 x g groups straight from GEMM1's epilogue

@@ -366,7 +366,7 @@ def _gemm_tile(
         # two), NaN for a group holding NaN / Inf: the reference's quant_fp8_group of the fp32
         # tile; scales to c_scale [rows, G]
         bits = tl.where((offs_n < N_OUT)[None, :], _abs_bits(acc), 0)            # [BM, BN]
-        grp_of = (offs_n % BLOCK_N) // Q_GROUP                                    # [BN]
+        grp_of = tl.arange(0, BLOCK_N) // Q_GROUP                                 # [BN] group in the tile
         sc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for g in tl.static_range(BLOCK_N // Q_GROUP):
             in_g = (grp_of == g)[None, :]
@@ -618,9 +618,8 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     programs may start while the previous kernel drains, and wait for it before any load).
     ``out_group`` g > 0: h leaves the epilogue quantized to fp8 e4m3 in 1 x g groups (the
     reference's ``quant_fp8_group(h, g, out_pow2)`` of the fp32 tile; config BLOCK_SIZE_N a
-    multiple of g):
-    returns (h fp8 [n, I], scale fp32 [n, ceil(I/g)]) into ``out`` / ``out_scale`` when given.
-    Otherwise returns h.
+    multiple of g), and the call returns (h fp8 [n, I], scale fp32 [n, ceil(I/g)]), written
+    into ``out`` / ``out_scale`` when given. Otherwise it returns h.
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
