@@ -15,15 +15,17 @@ import sys
 import tempfile
 
 _R = dict(RESCALE=True, PERSISTENT=0, FLATTEN=False)   # block scales applied to the accumulator
-CASES = [   # session 9: qwen3 T=1024 (79.6%, ncu: GEMM1 L2 throughput 93%, DRAM 85%): BM 128 puts
-    # each expert's ~64 rows in one m-block (BM 64 gave half the experts a second, nearly empty
-    # one that re-reads the weights through L2); GEMM2 BM 64 then skips all-padding sub-blocks
-    ("qwen3-30b-a3b", 1, 1024, "E=128,N=768,", [
-        ("g1 BM128 w8", "gemm1", dict(BLOCK_SIZE_M=128, num_warps=8)),
-        ("g1 BM128 w8 s3", "gemm1", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=3)),
-        ("g1 BM128 w8 tma", "gemm1", dict(BLOCK_SIZE_M=128, num_warps=8, USE_TMA=True)),
-        ("g1+g2 BM128", [("gemm1", dict(BLOCK_SIZE_M=128, num_warps=8)),
-                         ("gemm2", dict(BLOCK_SIZE_M=128, num_stages=4))]),
+CASES = [   # session 10: deepseek-v3 tp8 T=16384 GEMM2 (ncu, session 9: bound by nothing; the top stalls
+    # are the wait for each tile's first weight tiles, K = 256 is 4 steps of BK 64): persistent
+    # flattened loops keep the K pipeline full across tiles; BK 128 halves the steps per tile
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g2 P1 flat 64x256 s3 w4", "gemm2", dict(BLOCK_SIZE_M=64, num_warps=4, num_stages=3, PERSISTENT=1, FLATTEN=True)),
+        ("g2 P2 flat 64x256 s3 w4", "gemm2", dict(BLOCK_SIZE_M=64, num_warps=4, num_stages=3, PERSISTENT=2, FLATTEN=True)),
+        ("g2 P1 flat 64x256 s4 w4", "gemm2", dict(BLOCK_SIZE_M=64, num_warps=4, num_stages=4, PERSISTENT=1, FLATTEN=True)),
+        ("g2 P1 flat 128x128 s4 w8", "gemm2", dict(BLOCK_SIZE_N=128, num_stages=4, PERSISTENT=1, FLATTEN=True)),
+        ("g2 128x128x128 s2 w8", "gemm2", dict(BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, num_stages=2)),
+        ("g2 64x128x256 s1 w4", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=256, num_stages=1, num_warps=4)),
+        ("g2 128x256 s3", "gemm2", dict(num_stages=3)),
     ]),
 ]
 
