@@ -1,6 +1,6 @@
 """Row quantizers (kernels/quantize.py) on prefill sizes: rows per program swept, GB/s.
 
-    python3 benchmarks/quant_rows_ab.py [--out quant_rows_ab.json] [--reciprocal]
+    python3 benchmarks/quant_rows_ab.py [--out quant_rows_ab.json] [--reciprocal | --warps | --chunks]
 
 Per-token fp8 / int8 of h [T*k, I] and x [T, H] (qwen3-30b-a3b, T = 16384: the W8A8 grouped
 path's requantization and input quantization), 1 x 128 group fp8 of x [T, 7168] and h
@@ -45,14 +45,43 @@ def warps_sweep(bw):
     return out
 
 
+def chunks_sweep(bw):
+    """Per-token fp8 / int8 of h [131072, 768]: the rule (one 1024 tile per row, 25% of its
+    lanes masked) against BLOCK_K 256 (an amax pass and a quantize pass over 3 chunks, the
+    second reading the row again from L1 / L2), rows per program x num_warps."""
+    out = []
+    x = [torch.randn(131072, 768, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    nbytes = x[0].numel() * 3 + x[0].shape[0] * 4
+    grid = [(None, None, None)] + [(256, r, w) for r in (1, 2, 4, 8) for w in (1, 2, 4)] + [(None, None, None)]
+    for dt, qt in ((torch.float8_e4m3fn, "fp8"), (torch.int8, "int8")):
+        for bk, rows, warps in grid:
+            try:
+                us = hz.time_graph([lambda a=a: qk._quant_token(a, dt, qt, None, None, None, rows=rows,
+                                                                num_warps=warps, block_k=bk) for a in x])
+                r = dict(case=f"h [131072, 768] {qt} token", block_k=bk or "rule", rows=rows or "rule",
+                         num_warps=warps or "rule", us=us, pct=100 * nbytes / us / 1e3 / bw)
+            except Exception as e:  # noqa: BLE001
+                r = dict(case=qt, block_k=bk, rows=rows, num_warps=warps, error=f"{type(e).__name__}: {str(e)[:200]}")
+            out.append(r)
+            print(r, flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="quant_rows_ab.json")
     ap.add_argument("--warps", action="store_true", help="only the rows x num_warps sweep of h [131072, 768]")
     ap.add_argument("--reciprocal", action="store_true",
                     help="each case with the division by the scale and through its reciprocal (RECIPROCAL_DIV)")
+    ap.add_argument("--chunks", action="store_true",
+                    help="only per-token h [131072, 768]: the 1024 tile vs rows read as 3 chunks of 256 "
+                         "(rows x num_warps)")
     a = ap.parse_args()
     bw = hz.measure_ceilings("cuda").copy_gbps
+    if a.chunks:
+        with open(a.out, "w") as f:
+            json.dump(dict(copy_gbps=bw, rows=chunks_sweep(bw)), f, indent=1)
+        return
     if a.warps:
         with open(a.out, "w") as f:
             json.dump(dict(copy_gbps=bw, rows=warps_sweep(bw)), f, indent=1)

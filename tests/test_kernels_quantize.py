@@ -133,12 +133,13 @@ def test_int8_round_half_to_even():
 
 @pytest.mark.parametrize("name,args", QUANTIZERS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_reciprocal_division_same_codes(monkeypatch, name, args, dtype):
+@pytest.mark.parametrize("rcp", [True, False])
+def test_reciprocal_division_same_codes(monkeypatch, name, args, dtype, rcp):
     # the division through the scale's reciprocal plus one Markstein correction (quantize.
-    # RECIPROCAL_DIV / reciprocal=True) gives bitwise the reference's x / s codes: rows of
-    # very different magnitudes (bf16 h-like rows of 768 too), -0.0 entries (which keep their
-    # sign), a NaN and an Inf row
-    monkeypatch.setattr(kq, "RECIPROCAL_DIV", True)
+    # RECIPROCAL_DIV, the default) and the IEEE division both give bitwise the reference's
+    # x / s codes: rows of very different magnitudes (bf16 h-like rows of 768 too), -0.0
+    # entries (which keep their sign), a NaN and an Inf row
+    monkeypatch.setattr(kq, "RECIPROCAL_DIV", rcp)
     x = torch.cat([rand_rows(61, 200, seed=81), rand_rows(3, 200, seed=82) * 1e-20]).to(dtype)
     x[5, :7] = -0.0
     x[9, 3] = float("nan")
@@ -154,11 +155,12 @@ def test_reciprocal_division_same_codes(monkeypatch, name, args, dtype):
 
 
 @pytest.mark.parametrize("scale", [0.3, 1 / 3, 7.1e-3, 123.456])
-def test_reciprocal_division_near_ties(monkeypatch, scale):
+@pytest.mark.parametrize("rcp", [True, False])
+def test_reciprocal_division_near_ties(monkeypatch, scale, rcp):
     # static scales that are not powers of two, values placed on and around every e4m3
     # midpoint times the scale: quotients within an ulp or two of a tie; int8 rows whose
     # quotients sit on and around the .5 ties. Same codes as the reference's division.
-    monkeypatch.setattr(kq, "RECIPROCAL_DIV", True)
+    monkeypatch.setattr(kq, "RECIPROCAL_DIV", rcp)
     codes = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     mids = (codes[1:] + codes[:-1]) / 2
     v = torch.cat([mids, mids * (1 + 2 ** -23), mids * (1 - 2 ** -23), mids * (1 + 2 ** -22)]) * scale
@@ -302,6 +304,21 @@ def test_rows_per_program_multi_chunk_rows(name, args):
     x[3, 4500] = float("nan")
     q, s = getattr(kq, name)(x, *args, rows_per_program=4)
     q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+
+
+@pytest.mark.parametrize("qt", ["fp8", "int8"])
+@pytest.mark.parametrize("rows", [1, 4])
+def test_token_row_in_chunks_of_block_k(qt, rows):
+    # a row of 768 read as 3 chunks of 256 (the amax pass, then the quantize pass: no masked
+    # lanes of a 1024 tile): the same codes, the big entry in the last chunk, a NaN row
+    x = rand_rows(9, 768, torch.float16, seed=5)
+    x[2, 700] = 50.0
+    x[6, 300] = float("nan")
+    dt = torch.float8_e4m3fn if qt == "fp8" else torch.int8
+    q, s = kq._quant_token(x, dt, qt, None, None, None, rows=rows, block_k=256)
+    q_ref, s_ref = getattr(ref, f"quant_{qt}_token")(x.cpu())
     assert_same(s, s_ref)
     assert_same(q, q_ref)
 

@@ -53,9 +53,11 @@ _MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp
 _PROG_ELEMS = 2048      # input elements a row-quantization program aims to move (_rows_per_program)
 _MIN_PROGRAMS = 264     # 2 per SM of a 132-SM H100: more rows per program only above this
 # the row / group quantizers divide through the scale's reciprocal (``_quantize``'s RCP):
-# bitwise the same codes (tests/test_kernels_quantize.py); OFF until measured on a GPU
-# (benchmarks/quant_rows_ab.py --reciprocal; docs/NOTES.md next steps)
-RECIPROCAL_DIV = False
+# bitwise the same codes (tests/test_kernels_quantize.py), fewer instructions. H100,
+# benchmarks/quant_rows_ab.py --reciprocal (docs/BENCHMARKS.md, tenth session), IEEE division
+# -> reciprocal: per-token fp8 h [131072, 768] 184 -> 147 us, int8 220 -> 176 us, 1 x 128
+# groups of x [16384, 7168] 161 -> 137 us; the rest within 4%.
+RECIPROCAL_DIV = True
 
 
 # ----------------------------------------------------------------------------- shared device helpers
@@ -420,12 +422,12 @@ def _check_rows(rows: int) -> int:
 
 
 def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None,
-                 reciprocal=None):
-    # (rows / num_warps given: benchmarks/quant_rows_ab.py's sweeps; None: the measured rules)
+                 reciprocal=None, block_k=None):
+    # (rows / num_warps / block_k given: benchmarks/quant_rows_ab.py's sweeps; None: the rules)
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
     T, K = x2.shape
-    bk = _block_k(K)
+    bk = _block_k(K) if block_k is None else block_k
     if T == 0:
         return
     rows = _check_rows(rows) if rows is not None else _rows_per_program(T, bk, x2.element_size())
@@ -471,11 +473,13 @@ def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor]
     return q, s
 
 
-def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None, num_warps=None, reciprocal=None):
+def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None, num_warps=None, reciprocal=None,
+                 block_k=None):
     q = out if out is not None else torch.empty(x.shape, dtype=dtype, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
                                                             device=x.device)
-    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows, num_warps=num_warps, reciprocal=reciprocal)
+    _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows, num_warps=num_warps, reciprocal=reciprocal,
+                 block_k=block_k and _check_rows(block_k))
     return q, s
 
 
