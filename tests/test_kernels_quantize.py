@@ -323,6 +323,13 @@ def test_token_row_in_chunks_of_block_k(qt, rows):
     assert_same(q, q_ref)
 
 
+def test_token_chunk_rule():
+    # per-token rows whose K is a multiple of 256 but not a power of two are read in chunks
+    # of K's largest power-of-two divisor (quantize._token_chunk); the rest as one tile
+    assert [kq._token_chunk(K) for K in (768, 1536, 2304, 3072)] == [256, 512, 256, 1024]
+    assert [kq._token_chunk(K) for K in (256, 1024, 2048, 1408, 200, 5120, 14336)] == [0] * 7
+
+
 def test_rows_per_program_rule():
     # the measured rule (quantize._rows_per_program's docstring)
     rule = kq._rows_per_program
@@ -440,7 +447,7 @@ def test_gpu_large_bitwise(name, args, dtype, T, K):
 @pytest.mark.gpu
 @requires_gpu
 @pytest.mark.parametrize("name,args", QUANTIZERS)
-@pytest.mark.parametrize("K,rows", [(768, None), (768, 8), (768, 16), (2048, 4), (7168, 2)])
+@pytest.mark.parametrize("K,rows", [(768, None), (768, 8), (768, 16), (1536, None), (2048, 4), (7168, 2)])
 def test_gpu_rows_per_program(name, args, K, rows):
     T = 1037                                   # the rule: ROWS 2 or 4 here; not a multiple of ROWS
     x = rand_rows(T, K, torch.bfloat16, seed=K)

@@ -52,6 +52,7 @@ _AMAX_FLOOR = 1e-12
 _MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp32 / thread at 8 warps)
 _PROG_ELEMS = 2048      # input elements a row-quantization program aims to move (_rows_per_program)
 _MIN_PROGRAMS = 264     # 2 per SM of a 132-SM H100: more rows per program only above this
+_TOKEN_CHUNK_ELEMS = 512  # elements of a chunk tile of per-token rows (``_token_chunk``), 1 warp
 # the row / group quantizers divide through the scale's reciprocal (``_quantize``'s RCP):
 # bitwise the same codes (tests/test_kernels_quantize.py), fewer instructions. H100,
 # benchmarks/quant_rows_ab.py --reciprocal (docs/BENCHMARKS.md, tenth session), IEEE division
@@ -415,6 +416,22 @@ def _rows_per_program(T: int, tile: int, elem_size: int, chunks: int = 1, groups
     return 1 << (max(r, 1).bit_length() - 1)
 
 
+def _token_chunk(K: int) -> int:
+    """BLOCK_K for per-token rows read in chunks (an amax pass, then a quantize pass that
+    reads the row again from L1 / L2), or 0 for one power-of-two tile per row. A K that is
+    not a power of two but a multiple of 256 (up to _MAX_BLOCK_K) is read in chunks of its
+    largest power-of-two divisor, so no lane of the tile is masked off: the one tile of
+    K = 768 is 1024 wide, a quarter of its lanes idle, in a kernel that is issue-bound.
+
+    H100, h [131072, 768] bf16 (benchmarks/quant_rows_ab.py --chunks, docs/BENCHMARKS.md,
+    tenth session), us with one 1024 tile a row vs chunks of 256, 2 rows a program, 1 warp
+    (the best of rows 1-8 x warps 1-4): fp8 147 -> 110, int8 176 -> 123. Only K = 768 is
+    measured; other such K take the same elements per program (_TOKEN_CHUNK_ELEMS)."""
+    if K & (K - 1) == 0 or K % 256 or K > _MAX_BLOCK_K:
+        return 0
+    return K & -K
+
+
 def _check_rows(rows: int) -> int:
     if rows < 1 or rows & (rows - 1):
         raise ValueError(f"rows_per_program must be a power of two >= 1, got {rows}")
@@ -427,9 +444,14 @@ def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, ro
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
     T, K = x2.shape
-    bk = _block_k(K) if block_k is None else block_k
     if T == 0:
         return
+    chunk = _token_chunk(K) if mode == "token" and block_k is None else 0
+    if chunk:               # the measured chunked rule (``_token_chunk``)
+        block_k = chunk
+        rows = rows or max(1, min(_TOKEN_CHUNK_ELEMS // chunk, T // _MIN_PROGRAMS))
+        num_warps = num_warps or max(1, min(8, rows * chunk // _TOKEN_CHUNK_ELEMS))
+    bk = _block_k(K) if block_k is None else block_k
     rows = _check_rows(rows) if rows is not None else _rows_per_program(T, bk, x2.element_size())
     launch(_quant_rows_kernel, (cdiv(T, rows),),
            (x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
