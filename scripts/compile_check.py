@@ -138,6 +138,17 @@ def grouped_cases() -> list:
                  torch.empty(T, H, dtype=bf), config=dict(c2, PERSISTENT=1, BLOCK_SIZE_K=64),
                  workspace=torch.empty(1, n, H, dtype=bf), pdl=True)
         out += [("grouped gemm2 bfloat16 persistent pdl", captured[0]), ("grouped reduce pdl", captured[1])]
+        # GEMM2 with A resident (config A_RESIDENT) at deepseek-v3 tp8's K = I = 256
+        Ed, Hd, Id = 256, 7168, 256
+        for bm, bn, nt, w, st, tma, pdl in ((128, 64, 8, 8, 3, True, False), (128, 128, 4, 8, 2, True, True),
+                                            (64, 128, 8, 4, 3, True, False), (128, 64, 8, 8, 3, False, False)):
+            captured.clear()
+            gg.gemm2(torch.empty(n, Id, dtype=bf), torch.empty(Ed, Hd, Id, dtype=bf), align, torch.empty(T, k),
+                     torch.empty(T, Hd, dtype=bf), config=dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=64,
+                                                               num_warps=w, num_stages=st, A_RESIDENT=nt, USE_TMA=tma),
+                     workspace=torch.empty(1, n, Hd, dtype=bf), pdl=pdl)
+            out.append((f"resident gemm2 {bm}x{bn} x{nt} w{w} s{st}" + (" tma" if tma else "") + (" pdl" if pdl else ""),
+                        captured[0]))
     finally:
         gg.launch = real
     return out
@@ -367,6 +378,8 @@ def main() -> int:
         rows_case("quant rows rcp R=1 K=768 fp8", 768, 1, 1024, rcp=True),
         rows_case("quant rows rcp R=1 K=768 int8", 768, 1, 1024, qt="int8", rcp=True),
         group_case("quant group rcp R=2 K=256", 256, 2, 2, rcp=True),
+        # per-token rows of 768 in chunks of 256 (quantize._token_chunk), 1 warp
+        (lambda c: (c[0], c[1][:4] + (1,) + c[1][5:]))(rows_case("quant rows chunks R=2 K=768 fp8", 768, 2, 256, rcp=True)),
     ]
     # the alignment's chunked path as a PDL chain (align_block_size(pdl=True))
     from fusedmoe.kernels import align as al

@@ -15,17 +15,23 @@ import sys
 import tempfile
 
 _R = dict(RESCALE=True, PERSISTENT=0, FLATTEN=False)   # block scales applied to the accumulator
-CASES = [   # session 10: deepseek-v3 tp8 T=16384 GEMM2 (ncu, session 9: bound by nothing; the top stalls
-    # are the wait for each tile's first weight tiles, K = 256 is 4 steps of BK 64): persistent
-    # flattened loops keep the K pipeline full across tiles; BK 128 halves the steps per tile
+CASES = [   # session 10: deepseek-v3 tp8 GEMM2 with A resident (config A_RESIDENT: each program keeps its
+    # rows of h, K = 256, and loops over that many column tiles, the weight loads pipelined across
+    # them). At T=4096 the alignment BM is 64 (GEMM1's), so GEMM2's BM is 64 there
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [
-        ("g2 P1 flat 64x256 s3 w4", "gemm2", dict(BLOCK_SIZE_M=64, num_warps=4, num_stages=3, PERSISTENT=1, FLATTEN=True)),
-        ("g2 P2 flat 64x256 s3 w4", "gemm2", dict(BLOCK_SIZE_M=64, num_warps=4, num_stages=3, PERSISTENT=2, FLATTEN=True)),
-        ("g2 P1 flat 64x256 s4 w4", "gemm2", dict(BLOCK_SIZE_M=64, num_warps=4, num_stages=4, PERSISTENT=1, FLATTEN=True)),
-        ("g2 P1 flat 128x128 s4 w8", "gemm2", dict(BLOCK_SIZE_N=128, num_stages=4, PERSISTENT=1, FLATTEN=True)),
-        ("g2 128x128x128 s2 w8", "gemm2", dict(BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, num_stages=2)),
-        ("g2 64x128x256 s1 w4", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=256, num_stages=1, num_warps=4)),
-        ("g2 128x256 s3", "gemm2", dict(num_stages=3)),
+        ("g2 res 128x64 x8 w8 s3", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=3, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 128x64 x8 w8 s4", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=4, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 128x128 x4 w8 s2", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=2, A_RESIDENT=4, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 128x64 x28 w8 s3", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=3, A_RESIDENT=28, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 128x64 x112 w8 s3", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=3, A_RESIDENT=112, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 64x128 x8 w4 s2", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=2, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 64x64 x16 w4 s4", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=4, A_RESIDENT=16, USE_TMA=True, PERSISTENT=0)),
+    ]),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 res 64x128 x8 w4 s2", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=2, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 64x64 x16 w4 s4", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=4, A_RESIDENT=16, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 64x128 x8 w8 s2", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=8, num_stages=2, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 64x64 x28 w4 s3", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=3, A_RESIDENT=28, USE_TMA=True, PERSISTENT=0)),
     ]),
 ]
 

@@ -274,6 +274,31 @@ def test_moe_tma_weight_descriptors(H_, I_):
     assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu", w13_bias=b13, w2_bias=b2)) < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("I_,n_tiles,tma", [(48, 2, False), (40, 3, False), (48, 1, True), (40, 4, True)])
+def test_gemm2_a_resident(dtype, I_, n_tiles, tma):
+    # config A_RESIDENT: each program keeps its rows of h (all of K = I, padded to a power of
+    # two) and loops over n_tiles column tiles of w2; H = 72 is not a multiple of BN 16 x
+    # n_tiles (the last group wraps / masks its columns). Expert map with a non-local expert
+    # and one with no tokens, bias, BM 16 under alignment BM 32 (skipped padding sub-blocks)
+    E_g = 6
+    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(5, 72, I_, dtype, bias=True)
+    x = _x(33, 72, dtype)
+    tw, ids = _routing(33, E_g, K_TOP, seed=8)
+    ids[ids == 3] = 4                                                          # local expert 2 gets no token
+    res = align_block_size(ids, 32, 5, emap)
+    h = gemm1_act(x, w13, res, K_TOP, "silu", bias=b13, config=dict(SMALL, BLOCK_SIZE_M=32))
+    cfg2 = dict(SMALL, A_RESIDENT=n_tiles, USE_TMA=tma)
+    out = gemm2(h, w2, res, tw, bias=b2, config=cfg2)
+    ref = gemm2(h, w2, res, tw, bias=b2, config=SMALL)                        # the tiled kernel
+    assert _rel(out, ref) < TOL[dtype]
+    full = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
+    assert _rel(out, full) < (1e-5 if dtype == torch.float32 else 2 * TOL[dtype])
+    with pytest.raises(ValueError, match="A_RESIDENT"):
+        gemm2(h, w2, res, tw, config=dict(cfg2, SPLIT_K=2))
+
+
 def test_moe_no_tokens():
     w13, w2, _, _ = _weights(E, H, I, torch.float16)
     tw, ids = _routing(0, E, K_TOP)

@@ -457,6 +457,67 @@ def _moe_gemm_kernel(
             Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
+@triton.jit(do_not_specialize=["num_pairs", "num_m_blocks"])
+def _moe_gemm2_resident_kernel(
+    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, topk_w_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
+    N_OUT, K, num_pairs, num_m_blocks,
+    stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
+    ALIGN_BM: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_W: tl.constexpr, USE_TMA: tl.constexpr,
+    FP32_IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    N_TILES: tl.constexpr, PDL: tl.constexpr,
+):
+    """GEMM2 with A resident (config A_RESIDENT = N_TILES): program (m-block, group g) loads
+    its BM rows of h once, all of K (BLOCK_K = K rounded up to a power of two, K <= 256),
+    then loops over the N_TILES column tiles of group g: per tile one weight tile [BN, K],
+    one dot, the epilogue (bias, routing weight) and the y store. Why: with a small K
+    (deepseek-v3 tp8: I = 256) the one-tile program spends most of its time filling its
+    pipeline and draining its stores (ncu, docs/BENCHMARKS.md ninth session); here the
+    loop's weight loads are software-pipelined across tiles (num_stages), so a tile's loads
+    fly during the previous tile's epilogue, and A crosses L2 once per program, not once per
+    tile. 16-bit operands, no scales, no split, deterministic y only (``_launch`` checks)."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    pid = tl.program_id(0)
+    groups = tl.cdiv(tl.cdiv(N_OUT, BLOCK_N), N_TILES)
+    pid_m = pid // groups
+    g = pid % groups
+    if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
+        return
+    e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
+    if e < 0:
+        return
+    if BLOCK_M < ALIGN_BM:          # an all-padding sub-block (see _moe_gemm_kernel)
+        if tl.load(sorted_ids_ptr + pid_m * BLOCK_M) >= num_pairs:
+            return
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    slots = tl.load(sorted_ids_ptr + offs_m)                                    # [BM]
+    row_ok = slots < num_pairs
+    rows = tl.where(row_ok, slots, 0).to(tl.int64)                              # padding reads row 0
+    offs_k = tl.arange(0, BLOCK_K)
+    a = tl.load(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak,
+                mask=(offs_k < K)[None, :], other=0.0)                          # [BM, BK]: all of K
+    if MUL_W:
+        w = tl.load(topk_w_ptr + slots, mask=row_ok, other=0.0).to(tl.float32)[:, None]
+    c_rows = c_ptr + rows[:, None] * stride_cm
+    for j in tl.range(0, N_TILES):
+        pid_n = g * N_TILES + j
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_bn = offs_n % N_OUT     # wrapped columns (a group past N): loads need no N mask
+        if USE_TMA:                  # rows past the expert's N only feed masked columns
+            b = tl.trans(b_desc.load([(e * N_OUT + pid_n * BLOCK_N).to(tl.int32), 0]))   # [BK, BN]
+        else:
+            b = tl.load(b_ptr + e * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None] * stride_bk,
+                        mask=(offs_k < K)[:, None], other=0.0)
+        acc = _dot(a, b, None, FP32_IEEE, False)
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + e * stride_bias_e + offs_bn * stride_bias_n).to(tl.float32)[None, :]
+        if MUL_W:
+            acc *= w
+        tl.store(c_rows + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & (offs_n < N_OUT)[None, :])
+
+
 @triton.jit(do_not_specialize=["num_global"])
 def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, H, num_global, E,
                        stride_ys, stride_ym, stride_om,
@@ -544,6 +605,17 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
             a_group=None, out_scale=None, out_group=0, out_pow2=False):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
+    if config.get("A_RESIDENT", 0):
+        n_tiles = config["A_RESIDENT"]
+        ok = (act == _NO_ACT and a_div == 1 and c_div == 1 and split == 1 and not atomic and quant == "none"
+              and a_scale is None
+              and b_scale is None and not out_group and a.dtype == b.dtype and K <= _RESIDENT_MAX_K)
+        if not ok:
+            raise ValueError("config A_RESIDENT is for GEMM2 with 16-bit (or fp32) operands of one dtype, no "
+                             f"scales, the deterministic reduce and K <= {_RESIDENT_MAX_K} (got K = {K}, "
+                             f"quant {quant!r}, {a.dtype} x {b.dtype}); drop A_RESIDENT from the config")
+        return _launch_resident(a, b, c, align, n_out, n_tiles, BM, BN, warps, stages, bias, topk_weights,
+                                bool(config.get("USE_TMA", False)), pdl)
     assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
     assert not a_group or a_group % BK == 0, "BLOCK_SIZE_K must divide the activation scale group"
     assert not out_group or BN % out_group == 0, "BLOCK_SIZE_N must hold whole output scale groups"
@@ -595,6 +667,35 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
+
+
+_RESIDENT_MAX_K = 256       # the resident A tile [BM, K] and a TMA box of [BN, K] (<= 256)
+
+
+def _launch_resident(a, b, c, align, n_out, n_tiles, BM, BN, warps, stages, bias, topk_weights, use_tma, pdl):
+    """``_moe_gemm2_resident_kernel``: one program per (m-block, group of n_tiles column tiles)."""
+    K = a.shape[1]
+    num_m_blocks = align.max_padded // BM
+    if num_m_blocks == 0 or n_out == 0:
+        return
+    assert n_tiles >= 1, "A_RESIDENT is a number of column tiles per program (>= 1)"
+    bk = max(16, next_power_of_2(K))
+    groups = cdiv(cdiv(n_out, BN), n_tiles)
+    b_desc = None
+    if use_tma and TensorDescriptor is not None and _tma_ok(b):
+        b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, bk])   # [E*N, K]
+    s_am, s_ak = a.stride()[:2]
+    s_be, s_bn, s_bk = b.stride()[:3]
+    s_cm, s_cn = c.stride()[:2]
+    s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
+    launch(_moe_gemm2_resident_kernel, (num_m_blocks * groups,), (
+        a, b, b_desc, c, bias if bias is not None else a, topk_weights if topk_weights is not None else a,
+        align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
+        n_out, K, align.num_pairs, num_m_blocks,
+        s_am, s_ak, s_be, s_bn, s_bk, s_cm, s_cn, s_bias_e, s_bias_n,
+    ), dict(ALIGN_BM=align.block_m, HAS_BIAS=bias is not None, MUL_W=topk_weights is not None,
+            USE_TMA=b_desc is not None, FP32_IEEE=a.dtype == torch.float32, BLOCK_M=BM, BLOCK_N=BN,
+            BLOCK_K=bk, N_TILES=n_tiles, PDL=pdl), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
 def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int, activation: str,
