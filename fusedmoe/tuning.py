@@ -443,7 +443,7 @@ def _smem(bm, bn, bk, stages, a_bytes, w_bytes, b_tiles: int = 1) -> float:
     return stages * (bm * bk * a_bytes + b_tiles * bn * bk * w_bytes)
 
 
-STAGES = ("tiles", "pipeline", "split", "group", "tma", "persistent")
+STAGES = ("tiles", "pipeline", "split", "group", "tma", "persistent", "resident")
 
 
 def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm: str = "gemm1",
@@ -461,7 +461,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     SMs), 'group' (GROUP_SIZE_M of ``tiles``, only when an expert spans several M blocks),
     'tma' (``tiles`` with USE_TMA, prefill tiles only, when triton has TMA descriptors),
     'persistent' (``tiles`` with PERSISTENT programs per SM, without and with FLATTEN, prefill
-    only: more than 64 tokens per expert).
+    only: more than 64 tokens per expert), 'resident' (GEMM2 16-bit with K <= 256, prefill:
+    A_RESIDENT tiles, all of N a program, warps x stages that fit).
     ``space`` ({key: [values]}) replaces the generated values of a key.
     """
     s = QuantScheme.parse(scheme)
@@ -556,6 +557,22 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
             for t in tiles:
                 if not t.get("PERSISTENT"):
                     out += [{**t, "PERSISTENT": p, "FLATTEN": fl} for p in persistents for fl in flattens]
+    elif stage == "resident":
+        # GEMM2 with A resident (grouped_gemm's A_RESIDENT): 16-bit, K <= 256, prefill. Each
+        # program keeps its BM rows of h (all of K) and loops over column tiles, the weight
+        # loads pipelined across them. H100 deepseek-v3 tp8 bf16 T=16384 (docs/BENCHMARKS.md,
+        # tenth session): 4400 -> 4012 us with BN 64 and all of N in one program; fewer
+        # column tiles a program were slower (x28 4049, x8 4257)
+        kp = _next_pow2(max(16, k_in))
+        if gemm == "gemm2" and s.method == QuantMethod.NONE and k_in <= 256 and m > 64:
+            for bm in [b for b in (64, 128) if not bm_divides or (b <= bm_divides and bm_divides % b == 0)]:
+                for bn in (32, 64, 128):
+                    n_tiles = -(-n_out // bn)
+                    for st in (2, 3, 4):
+                        if (bm + st * bn) * kp * a_b <= SMEM_LIMIT - 16384:   # + the epilogue's scratch
+                            for w in ((4, 8) if bm == 128 else (4,)):
+                                out.append({**make(bm, bn, 64, w, st), "A_RESIDENT": n_tiles,
+                                            **({"USE_TMA": True} if _tma_available() else {})})
     else:
         raise ConfigError("stage", stage, list(STAGES), "internal use")
     seen, uniq = set(), []
@@ -610,7 +627,8 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
     (GEMM2's BLOCK_SIZE_M dividing GEMM1's). Each GEMM: tiles, then warps x stages of the best
     two tiles, then (GEMM2, decode) SPLIT_K of the best two, then GROUP_SIZE_M of the best,
     then the best with TMA weight loads (prefill tiles, triton >= 3.4), then the best as a
-    persistent launch (prefill).
+    persistent launch (prefill), then (GEMM2, 16-bit, K <= 256, prefill) the A-resident
+    kernel's tiles.
     The fastest correct pair among the top three of each GEMM wins.
     """
     s = QuantScheme.parse(scheme)
@@ -643,6 +661,7 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
         run(candidate_configs(T, E, top_k, n_out, k_in, stage="group", tiles=[c for _, c in ranked()[:1]], **kw))
         run(candidate_configs(T, E, top_k, n_out, k_in, stage="tma", tiles=[c for _, c in ranked()[:1]], **kw))
         run(candidate_configs(T, E, top_k, n_out, k_in, stage="persistent", tiles=[c for _, c in ranked()[:1]], **kw))
+        run(candidate_configs(T, E, top_k, n_out, k_in, stage="resident", **kw))
         return [c for _, c in ranked()]
 
     gated = N13 == 2 * I

@@ -259,6 +259,27 @@ def test_triton_fp8_block_rescale_through_the_layer(mk, feature):
     assert _extras(dict(c, RESCALE=True)).endswith(" rescale") and "rescale" not in _extras(c)
 
 
+@pytest.mark.parametrize("feature", ["plain", "bias_ep"])
+def test_triton_gemm2_a_resident_through_the_layer(mk, feature):
+    # the A-resident GEMM2 (config A_RESIDENT, the deepseek-v3 tp8 prefill entry's) through
+    # the layer: within fp32 rounding of the tiled GEMM2 and of the reference, with bias and
+    # expert parallelism (non-local experts dropped); the selection report names the variant
+    from fusedmoe.backends.triton import _extras
+    from fusedmoe.tuning import override
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
+    cfg = mk.config(E=8, k=2, H=80, I=48, dtype="float32", **kw)       # K = 48: padded to 64 in the kernel
+    w = mk.weights(cfg, "none", seed=44).to(dev)
+    x, logits = mk.x(cfg, 37, seed=45).to(dev), mk.logits(cfg, 37, seed=46).to(dev)
+    c = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=16, GROUP_SIZE_M=2, num_warps=4, num_stages=2)
+    outs = []
+    for c2 in (c, dict(c, A_RESIDENT=2)):                               # 80 columns: 2 groups of 2 x 32
+        with override((c, c2)):
+            outs.append(check(build("triton", cfg, w), cfg, w, x, logits)[0])
+    assert rel_error(outs[1], outs[0]) < 1e-5
+    assert " A-resident x2" in _extras(dict(c, A_RESIDENT=2)) and "resident" not in _extras(c)
+
+
 @pytest.mark.parametrize("rescale", [False, True])
 @pytest.mark.parametrize("scheme", ["fp8_block", "fp8_channel"])
 def test_triton_grouped_nan_token_stays_in_its_row(mk, scheme, rescale):

@@ -531,6 +531,25 @@ def test_gpu_bf16_real_sizes(shape, T):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU (bf16 tl.dot is wrong under the interpreter)")
+@pytest.mark.parametrize("tma", [True, False])
+def test_gpu_bf16_gemm2_a_resident_real_size(tma):
+    # deepseek-v3 tp8's H = 7168, I = 256 (64 of its experts), T = 4093 with k = 8: the shipped
+    # T=16384 GEMM2 entry (A resident, BN 64, all 112 column tiles a program, 3 stages)
+    E_, H_, I_, k, T = 64, 7168, 256, 8, 4093
+    w13, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16)
+    x = _x(T, H_, torch.bfloat16)
+    tw, ids = _routing(T, E_, k)
+    c1 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=8, num_stages=4)
+    c2 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=8, num_stages=3,
+              USE_TMA=tma, A_RESIDENT=112)
+    ref = moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=torch.bfloat16)
+    out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=c2)
+    assert _frob(out, ref) < 1e-2
+    assert torch.equal(out, moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=c2))
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("T", [3, 5000])
 def test_gpu_align_large(T):

@@ -190,3 +190,22 @@ def test_normalize_rejects_bad_persistent(bad):
     with pytest.raises(ConfigError, match="PERSISTENT"):
         tuning.normalize_launch_config(dict(_full(64), PERSISTENT=bad))
     assert tuning.normalize_launch_config(dict(_full(64), PERSISTENT=2, FLATTEN=True))["PERSISTENT"] == 2
+
+
+def test_tuner_resident_stage_gemm2_16bit_small_k_prefill():
+    # deepseek-v3 tp8 GEMM2 at T=16384 (K = I = 256, 512 tokens per expert), GEMM1's BM 128
+    got = tuning.candidate_configs(16384, 256, 8, 7168, 256, gemm="gemm2", stage="resident", bm_divides=128)
+    assert got and all(c["A_RESIDENT"] * c["BLOCK_SIZE_N"] >= 7168 > (c["A_RESIDENT"] - 1) * c["BLOCK_SIZE_N"]
+                       for c in got)                                   # all of N in one program
+    assert {c["BLOCK_SIZE_M"] for c in got} == {64, 128}
+    # A [BM, 256] plus the weight stages fit shared memory with the epilogue's scratch
+    assert all((c["BLOCK_SIZE_M"] + c["num_stages"] * c["BLOCK_SIZE_N"]) * 256 * 2 <= tuning.SMEM_LIMIT - 16384
+               for c in got)
+    assert {c["BLOCK_SIZE_M"] for c in tuning.candidate_configs(16384, 256, 8, 7168, 256, gemm="gemm2",
+                                                                 stage="resident", bm_divides=64)} == {64}
+    # not for GEMM1, 8-bit schemes, K > 256 (qwen3's I = 768) or 64 tokens per expert or fewer
+    assert tuning.candidate_configs(16384, 256, 8, 256, 7168, gemm="gemm1", stage="resident") == []
+    assert tuning.candidate_configs(16384, 256, 8, 7168, 256, gemm="gemm2", stage="resident",
+                                    scheme="fp8_block") == []
+    assert tuning.candidate_configs(16384, 128, 8, 2048, 768, gemm="gemm2", stage="resident") == []
+    assert tuning.candidate_configs(2048, 256, 8, 7168, 256, gemm="gemm2", stage="resident") == []

@@ -492,8 +492,11 @@ def _check(config: MoEConfig, quant, platform):
 
 
 def _extras(c: dict) -> str:
-    """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]', ' rescale'."""
+    """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]', ' rescale',
+    ' A-resident xN' (GEMM2 keeping its rows of h over N column tiles)."""
     out = " tma" if c.get("USE_TMA") else ""
+    if c.get("A_RESIDENT"):
+        out += f" A-resident x{c['A_RESIDENT']}"
     if c.get("PERSISTENT"):
         out += f" persistent{c['PERSISTENT']}" + (" flat" if c.get("FLATTEN") else "")
     if c.get("RESCALE"):
