@@ -15,23 +15,14 @@ import sys
 import tempfile
 
 _R = dict(RESCALE=True, PERSISTENT=0, FLATTEN=False)   # block scales applied to the accumulator
-CASES = [   # session 10: deepseek-v3 tp8 GEMM2 with A resident (config A_RESIDENT: each program keeps its
-    # rows of h, K = 256, and loops over that many column tiles, the weight loads pipelined across
-    # them). At T=4096 the alignment BM is 64 (GEMM1's), so GEMM2's BM is 64 there
+CASES = [   # session 10, round 2: the shipped deepseek-v3 tp8 T=16384 GEMM2 is A-resident 128x64 x112 w8 s3
+    # (round 1: x8 4257, x28 4049, x112 4012 us; 128x128 s2 and 64x128 s2 slower): its neighbours
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [
-        ("g2 res 128x64 x8 w8 s3", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=3, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
-        ("g2 res 128x64 x8 w8 s4", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=4, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
-        ("g2 res 128x128 x4 w8 s2", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=8, num_stages=2, A_RESIDENT=4, USE_TMA=True, PERSISTENT=0)),
-        ("g2 res 128x64 x28 w8 s3", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=3, A_RESIDENT=28, USE_TMA=True, PERSISTENT=0)),
-        ("g2 res 128x64 x112 w8 s3", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=3, A_RESIDENT=112, USE_TMA=True, PERSISTENT=0)),
-        ("g2 res 64x128 x8 w4 s2", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=2, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
-        ("g2 res 64x64 x16 w4 s4", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=4, A_RESIDENT=16, USE_TMA=True, PERSISTENT=0)),
-    ]),
-    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
-        ("g2 res 64x128 x8 w4 s2", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, num_stages=2, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
-        ("g2 res 64x64 x16 w4 s4", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=4, A_RESIDENT=16, USE_TMA=True, PERSISTENT=0)),
-        ("g2 res 64x128 x8 w8 s2", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=8, num_stages=2, A_RESIDENT=8, USE_TMA=True, PERSISTENT=0)),
-        ("g2 res 64x64 x28 w4 s3", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=3, A_RESIDENT=28, USE_TMA=True, PERSISTENT=0)),
+        ("g2 res 128x64 x112 w4 s3", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=4, num_stages=3, A_RESIDENT=112)),
+        ("g2 res 128x64 x112 w8 s4", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=4, A_RESIDENT=112)),
+        ("g2 res 128x32 x224 w8 s4", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=32, num_warps=8, num_stages=4, A_RESIDENT=224)),
+        ("g2 res 128x32 x224 w4 s6", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=32, num_warps=4, num_stages=6, A_RESIDENT=224)),
+        ("g2 res 64x64 x112 w4 s4", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=4, A_RESIDENT=112)),
     ]),
 ]
 
