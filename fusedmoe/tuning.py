@@ -561,7 +561,7 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
         # GEMM2 with A resident (grouped_gemm's A_RESIDENT): 16-bit, K <= 256, prefill. Each
         # program keeps its BM rows of h (all of K) and loops over column tiles, the weight
         # loads pipelined across them. H100 deepseek-v3 tp8 bf16 T=16384 (docs/BENCHMARKS.md,
-        # tenth session): 4400 -> 4012 us with BN 64 and all of N in one program; fewer
+        # tenth session): 4400 -> 3917 us with BN 64, 4 stages, all of N in one program; fewer
         # column tiles a program were slower (x28 4049, x8 4257)
         kp = _next_pow2(max(16, k_in))
         if gemm == "gemm2" and s.method == QuantMethod.NONE and k_in <= 256 and m > 64:

@@ -36,11 +36,13 @@ tp8 fp8_block T=4096 1550 -> 1263 us with the tiles that allows; scales below 2^
 as 2^-60; not for int8 x int8, whose dot cannot accumulate into fp32).
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE]). BLOCK_SIZE_M must divide the
+num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT]). BLOCK_SIZE_M must divide the
 AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
 through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
 weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
-prefill regimes.
+prefill regimes. A_RESIDENT = n (GEMM2 only: 16-bit operands of one dtype, no scales, no
+split, the deterministic reduce, K <= 256; BLOCK_SIZE_K is then ignored): the A-resident
+kernel, one program per (m-block, n column tiles), see ``_moe_gemm2_resident_kernel``.
 
 PERSISTENT = P > 0 launches min(P * SMs, tiles) programs (per K split) instead of one per
 tile; each loops over tiles (same GROUP_M order, same per-tile code, so the output is
