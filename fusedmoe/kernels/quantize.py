@@ -432,9 +432,9 @@ def _token_chunk(K: int) -> int:
     return K & -K
 
 
-def _check_rows(rows: int) -> int:
+def _check_rows(rows: int, name: str = "rows_per_program") -> int:
     if rows < 1 or rows & (rows - 1):
-        raise ValueError(f"rows_per_program must be a power of two >= 1, got {rows}")
+        raise ValueError(f"{name} must be a power of two >= 1, got {rows}")
     return rows
 
 
@@ -501,7 +501,7 @@ def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None, 
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
                                                             device=x.device)
     _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows, num_warps=num_warps, reciprocal=reciprocal,
-                 block_k=block_k and _check_rows(block_k))
+                 block_k=block_k and _check_rows(block_k, "block_k"))
     return q, s
 
 
