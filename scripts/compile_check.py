@@ -149,6 +149,28 @@ def grouped_cases() -> list:
                      workspace=torch.empty(1, n, Hd, dtype=bf), pdl=pdl)
             out.append((f"resident gemm2 {bm}x{bn} x{nt} w{w} s{st}" + (" tma" if tma else "") + (" pdl" if pdl else ""),
                         captured[0]))
+        # 8-bit A resident: qwen3 (K = I = 768: 3 chunks of 256) fp8 / int8 per channel,
+        # bf16 (3 chunks, BM 64), deepseek-v3 tp8 fp8 128x128 blocks (K = 256: 2 groups)
+        Eq, Hq, Iq = 128, 2048, 768
+        fp8, i8 = torch.float8_e4m3fn, torch.int8
+        for name, dt, (E_, H_, I_), q, bm, bn, nt, w, st in (
+                ("qwen3 fp8 channel", fp8, (Eq, Hq, Iq), dict(quant="channel", a_scale=torch.empty(n, 1),
+                                                              b_scale=torch.empty(Eq, Hq)), 128, 64, 32, 8, 2),
+                ("qwen3 int8 channel", i8, (Eq, Hq, Iq), dict(quant="channel", a_scale=torch.empty(n, 1),
+                                                              b_scale=torch.empty(Eq, Hq)), 64, 64, 32, 4, 2),
+                ("qwen3 bf16", bf, (Eq, Hq, Iq), {}, 64, 32, 64, 4, 2),
+                ("deepseek fp8 block", fp8, (Ed, Hd, Id),
+                 dict(quant="block", block_shape=(128, 128), a_scale=torch.empty(n, Id // 128),
+                      b_scale=torch.empty(Ed, Hd // 128, Id // 128)), 128, 64, 112, 8, 4),
+                ("deepseek fp8 block bn256", fp8, (Ed, Hd, Id),
+                 dict(quant="block", block_shape=(128, 128), a_scale=torch.empty(n, Id // 128),
+                      b_scale=torch.empty(Ed, Hd // 128, Id // 128)), 128, 256, 28, 8, 3)):
+            captured.clear()
+            gg.gemm2(torch.empty(n, I_, dtype=dt), torch.empty(E_, H_, I_, dtype=dt), align, torch.empty(T, k),
+                     torch.empty(T, H_, dtype=bf), config=dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=64,
+                                                               num_warps=w, num_stages=st, A_RESIDENT=nt, USE_TMA=True),
+                     workspace=torch.empty(1, n, H_, dtype=bf), **q)
+            out.append((f"resident gemm2 {name} {bm}x{bn} x{nt} w{w} s{st} tma", captured[0]))
     finally:
         gg.launch = real
     return out
@@ -391,8 +413,25 @@ def main() -> int:
         ("align scan pdl", (al._align_scan_kernel, (1,), (torch.empty(79, eb, dtype=torch.int32),
                             torch.empty(79, eb, dtype=torch.int32), torch.empty(n + 128 * 63, dtype=torch.int32),
                             torch.empty(1000, dtype=torch.int32), torch.empty(1, dtype=torch.int32), 79, n, 128,
-                            n + 128 * 63, 1000), dict(BM=64, E_BINS=eb, LOG_E=8, CB=16, FILL_B=1024, PDL=True),
-                            8, None, True)),
+                            n + 128 * 63, 1000), dict(BM=64, E_BINS=eb, LOG_E=8, CB=16, CT=32, FILL_B=1024, EP=eb,
+                                                      PDL=True), 8, None, True)),
+        # the scan on several programs (align._scan_launch at n = 131072, E 128 / 256)
+        ("align scan P=8 pdl", (al._align_scan_kernel, (8,), (torch.empty(128, eb, dtype=torch.int32),
+                                torch.empty(128, eb, dtype=torch.int32), torch.empty(139136, dtype=torch.int32),
+                                torch.empty(2174, dtype=torch.int32), torch.empty(1, dtype=torch.int32), 128, 131072,
+                                128, 139136, 2174), dict(BM=64, E_BINS=eb, LOG_E=8, CB=16, CT=32, FILL_B=1024, EP=32,
+                                                          PDL=True), 8, None, True)),
+        ("align scan P=16 E=256", (al._align_scan_kernel, (16,), (torch.empty(128, 512, dtype=torch.int32),
+                                   torch.empty(128, 512, dtype=torch.int32), torch.empty(163712, dtype=torch.int32),
+                                   torch.empty(1279, dtype=torch.int32), torch.empty(1, dtype=torch.int32), 128, 131072,
+                                   256, 163712, 1279), dict(BM=128, E_BINS=512, LOG_E=9, CB=8, CT=16, FILL_B=1024,
+                                                            EP=32, PDL=False), 8, None, False)),
+        # the one-program path (shares _write_layout with the scan)
+        ("align small", (al._align_small_kernel, (1,), (torch.empty(512, dtype=torch.int32),
+                         torch.empty(512, dtype=torch.int32), torch.empty(4096, dtype=torch.int32),
+                         torch.empty(256, dtype=torch.int32), torch.empty(1, dtype=torch.int32), 512, 256, 128,
+                         2560, 160), dict(HAS_MAP=True, BM=16, E_BINS=eb, LOG_E=8, BLOCK=512, FILL_B=1024), 4,
+                         None, False)),
         ("align scatter pdl", (al._align_scatter_kernel, (79,), (torch.empty(n, dtype=torch.int32),
                                torch.empty(n, dtype=torch.int32), torch.empty(79, eb, dtype=torch.int32),
                                torch.empty(n + 128 * 63, dtype=torch.int32), n, 256, 128),

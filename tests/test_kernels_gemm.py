@@ -19,6 +19,7 @@ if not _CUDA:  # must precede the first import of the kernels: @triton.jit reads
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from fusedmoe.kernels import align as align_mod  # noqa: E402
+from fusedmoe.kernels import grouped_gemm as gg  # noqa: E402
 from fusedmoe.kernels.align import align_block_size, max_padded_size  # noqa: E402
 from fusedmoe.kernels.grouped_gemm import (ACTIVATIONS, default_config, gemm1_act, gemm2,  # noqa: E402
                                            moe_forward_triton)
@@ -275,12 +276,17 @@ def test_moe_tma_weight_descriptors(H_, I_):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("I_,n_tiles,tma", [(48, 2, False), (40, 3, False), (48, 1, True), (40, 4, True)])
-def test_gemm2_a_resident(dtype, I_, n_tiles, tma):
-    # config A_RESIDENT: each program keeps its rows of h (all of K = I, padded to a power of
-    # two) and loops over n_tiles column tiles of w2; H = 72 is not a multiple of BN 16 x
-    # n_tiles (the last group wraps / masks its columns). Expert map with a non-local expert
-    # and one with no tokens, bias, BM 16 under alignment BM 32 (skipped padding sub-blocks)
+@pytest.mark.parametrize("I_,n_tiles,tma,max_kc", [(48, 2, False, 256), (40, 3, False, 256), (48, 1, True, 256),
+                                                   (40, 4, True, 256), (48, 2, True, 16), (40, 3, False, 16)])
+def test_gemm2_a_resident(dtype, I_, n_tiles, tma, max_kc, monkeypatch):
+    # config A_RESIDENT: each program keeps its rows of h (all of K = I, in chunks of at most
+    # max_kc columns: 256 on real shapes, 16 here to hold K = 48 / 40 as 3 chunks, the last
+    # one partial for 40) and loops over n_tiles column tiles of w2; H = 72 is not a multiple
+    # of BN 16 x n_tiles (the last group wraps / masks its columns). Expert map with a
+    # non-local expert and one with no tokens, bias, BM 16 under alignment BM 32 (skipped
+    # padding sub-blocks)
+    monkeypatch.setattr(gg, "_RESIDENT_MAX_KC", max_kc)
+    assert gg.resident_chunks(I_, dtype.itemsize) == ((64, 1) if max_kc == 256 else (16, 3))
     E_g = 6
     emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
     w13, w2, b13, b2 = _weights(5, 72, I_, dtype, bias=True)
@@ -297,6 +303,9 @@ def test_gemm2_a_resident(dtype, I_, n_tiles, tma):
     assert _rel(out, full) < (1e-5 if dtype == torch.float32 else 2 * TOL[dtype])
     with pytest.raises(ValueError, match="A_RESIDENT"):
         gemm2(h, w2, res, tw, config=dict(cfg2, SPLIT_K=2))
+    monkeypatch.setattr(gg, "_RESIDENT_MAX_KC", 8)        # K in 5 or 6 chunks: more than 4
+    with pytest.raises(ValueError, match="A_RESIDENT"):
+        gemm2(h, w2, res, tw, config=cfg2)
 
 
 def test_moe_no_tokens():
@@ -384,6 +393,67 @@ def test_quant_gemm1_and_gemm2(case, variant):
           block_shape=block)
     ref2 = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=a2, b_scale=b2, block=block)
     assert _rel(out, ref2) < 1e-5
+
+
+RESIDENT_QUANT = [pytest.param(c, bn, id=f"{c[0]}-{str(c[1]).replace('torch.', '')}-bn{bn}")
+                  for c in QUANT_CASES if c[1] != "w8a16" for bn in ((16, 32) if c[0] == "block" else (16,))]
+
+
+@pytest.mark.parametrize("I_", [48, 112])
+@pytest.mark.parametrize("tma", [False, True])
+@pytest.mark.parametrize("case,bn", RESIDENT_QUANT)
+def test_quant_gemm2_a_resident(case, bn, tma, I_, monkeypatch):
+    # the A-resident GEMM2 with 8-bit operands: int8 / fp8 x per-tensor / per-channel / block
+    # scales. Chunks of 32 columns (the 8-bit minimum; real shapes use up to 256): K = 48 is
+    # 2 chunks, K = 112 is 4 (the last one half empty); block scales (bn, bk) = (16, 32) put
+    # one K group in each chunk, with one weight scale a tile (BN 16) or a vector (BN 32).
+    # Small integers and power-of-two scales: exact against the dequantizing reference.
+    # Expert map with a dropped expert and an empty local one, bias, H = 80 not a multiple of
+    # the 2 column tiles a program (BN 16: 5 tiles, BN 32: 2.5) but of bn (16).
+    monkeypatch.setattr(gg, "_RESIDENT_MAX_KC", 32)
+    quant, dt, a_shape, b_shape = case
+    T, k, E_l, H_ = 33, K_TOP, 5, 80
+    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
+    block = (16, 32) if quant == "block" else None
+    tw, ids = _routing(T, 6, k, seed=8)
+    ids[ids == 3] = 4                                                          # local expert 2 gets no token
+    res = align_block_size(ids, 32, E_l, emap)
+    hq = _int_operands((T * k, I_), -4, 5, dt, 12)
+    w2 = _int_operands((E_l, H_, I_), -4, 5, dt, 9)
+    b2 = _pow2((E_l, H_), 15)
+    shapes = {"tensor": ((1,), (E_l,)), "channel": ((T * k, 1), (E_l, H_)),
+              "block": ((T * k, -(-I_ // 32)), (E_l, -(-H_ // 16), -(-I_ // 32)))}[quant]
+    a2, s2 = _pow2(shapes[0], 13), _pow2(shapes[1], 14)
+    q = dict(quant=quant, a_scale=a2, b_scale=s2, block_shape=block)
+    cfg = dict(SMALL, BLOCK_SIZE_N=bn, A_RESIDENT=2, USE_TMA=tma)
+    out = gemm2(hq, w2, res, tw, torch.empty(T, H_, device=DEV), bias=b2, config=cfg, **q)
+    ref = gemm2(hq, w2, res, tw, torch.empty(T, H_, device=DEV), bias=b2, config=SMALL, **q)   # tiled kernel
+    assert _rel(out, ref) < 1e-5
+    full = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=a2, b_scale=s2, block=block, expert_map=emap,
+                     bias=b2)
+    assert _rel(out, full) < 1e-5
+
+
+def test_quant_gemm2_a_resident_rejects_what_it_cannot_run(monkeypatch):
+    # 8-bit A with 16-bit weights (weight-only), K past 4 chunks, block groups of 16 columns
+    T, k = 9, K_TOP
+    tw, ids = _routing(T, E, k)
+    res = align_block_size(ids, 16, E)
+    cfg = dict(SMALL, A_RESIDENT=1)
+    hq = _int_operands((T * k, 48), -4, 5, torch.float16, 1)
+    with pytest.raises(ValueError, match="A_RESIDENT"):        # weight-only: int8 weights, fp16 h
+        gemm2(hq, _int_operands((E, H, 48), -4, 5, torch.int8, 2), res, tw, config=cfg, quant="channel",
+              b_scale=_pow2((E, H), 3))
+    h8 = _int_operands((T * k, 48), -4, 5, torch.float8_e4m3fn, 4)
+    w8 = _int_operands((E, H, 48), -4, 5, torch.float8_e4m3fn, 5)
+    with pytest.raises(ValueError, match="A_RESIDENT"):        # block groups of 16 columns (< 32)
+        gemm2(h8, w8, res, tw, config=cfg, quant="block", a_scale=_pow2((T * k, 3), 6),
+              b_scale=_pow2((E, 4, 3), 7), block_shape=(16, 16))
+    monkeypatch.setattr(gg, "_RESIDENT_MAX_KC", 32)
+    h8 = _int_operands((T * k, 160), -4, 5, torch.float8_e4m3fn, 8)
+    w8 = _int_operands((E, H, 160), -4, 5, torch.float8_e4m3fn, 9)
+    with pytest.raises(ValueError, match="A_RESIDENT"):        # 5 chunks of 32
+        gemm2(h8, w8, res, tw, config=cfg, quant="channel", a_scale=_pow2((T * k, 1), 6), b_scale=_pow2((E, H), 7))
 
 
 def test_block_rescale_intermediate_not_a_multiple_of_the_block():
@@ -676,6 +746,47 @@ def test_gpu_block_rescale(bm, bn, warps, T):
         got[rescale] = (h.float(), out.float())
     # same products, different fp32 rounding order: a few bf16 ulps apart at most
     assert _frob(got[True][0], got[False][0]) < 4e-3 and _frob(got[True][1], got[False][1]) < 4e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU with fp8 (sm89+) tensor cores")
+@pytest.mark.parametrize("quant,dtype,shape,cfg", [
+    # qwen3-30b-a3b (I = 768: three resident chunks of 256) per channel, fp8 and int8;
+    # deepseek-v3 tp8 (I = 256: two 128-column scale groups) with 128x128 blocks
+    ("channel", torch.float8_e4m3fn, (32, 2048, 768, 8), dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8,
+                                                             num_stages=2, A_RESIDENT=32)),
+    ("channel", torch.int8, (32, 2048, 768, 8), dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=3,
+                                                    A_RESIDENT=16)),
+    ("tensor", torch.float8_e4m3fn, (32, 2048, 768, 8), dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=32, num_warps=4,
+                                                            num_stages=4, A_RESIDENT=64)),
+    ("block", torch.float8_e4m3fn, (64, 7168, 256, 8), dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8,
+                                                           num_stages=4, A_RESIDENT=112)),
+    ("block", torch.float8_e4m3fn, (64, 7168, 256, 8), dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, num_warps=4,
+                                                           num_stages=3, A_RESIDENT=7)),
+])
+@pytest.mark.parametrize("tma", [True, False])
+def test_gpu_w8a8_gemm2_a_resident_real_size(quant, dtype, shape, cfg, tma):
+    # the A-resident GEMM2 with 8-bit operands at real sizes, T = 3001 (not a multiple of any
+    # tile), against the reference and the tiled kernel; bitwise reproducible
+    if dtype == torch.float8_e4m3fn and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 tensor cores need sm89+")
+    E_, H_, I_, k = shape
+    T = 3001
+    _, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16)
+    tw, ids = _routing(T, E_, k)
+    h = _randn(T * k, I_, seed=5).to(torch.bfloat16)
+    hq, sh = _quantize(h, dtype, quant)
+    q2, s2 = _quantize(w2, dtype, quant)
+    blk = (128, 128) if quant == "block" else None
+    q = dict(quant=quant, a_scale=sh, b_scale=s2, block_shape=blk)
+    res = align_block_size(ids, cfg["BLOCK_SIZE_M"], E_)
+    c = dict(cfg, BLOCK_SIZE_K=128, GROUP_SIZE_M=1, USE_TMA=tma)
+    out = gemm2(hq, q2, res, tw, config=c, **q)
+    tiled = gemm2(hq, q2, res, tw, config=dict(c, A_RESIDENT=0, BLOCK_SIZE_N=128), **q)
+    ref = gemm2_ref(hq, q2, ids, tw, quant=quant, a_scale=sh, b_scale=s2, block=blk)
+    assert out.dtype == torch.bfloat16 and _frob(out, ref) < 1e-2
+    assert _frob(out, tiled) < 4e-3               # same products, another fp32 order: bf16 ulps
+    assert torch.equal(out, gemm2(hq, q2, res, tw, config=c, **q))
 
 
 @pytest.mark.gpu

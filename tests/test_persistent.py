@@ -192,7 +192,7 @@ def test_normalize_rejects_bad_persistent(bad):
     assert tuning.normalize_launch_config(dict(_full(64), PERSISTENT=2, FLATTEN=True))["PERSISTENT"] == 2
 
 
-def test_tuner_resident_stage_gemm2_16bit_small_k_prefill():
+def test_tuner_resident_stage_gemm2_small_k_prefill():
     # deepseek-v3 tp8 GEMM2 at T=16384 (K = I = 256, 512 tokens per expert), GEMM1's BM 128
     got = tuning.candidate_configs(16384, 256, 8, 7168, 256, gemm="gemm2", stage="resident", bm_divides=128)
     assert got and all(c["A_RESIDENT"] * c["BLOCK_SIZE_N"] >= 7168 > (c["A_RESIDENT"] - 1) * c["BLOCK_SIZE_N"]
@@ -203,9 +203,20 @@ def test_tuner_resident_stage_gemm2_16bit_small_k_prefill():
                for c in got)
     assert {c["BLOCK_SIZE_M"] for c in tuning.candidate_configs(16384, 256, 8, 7168, 256, gemm="gemm2",
                                                                  stage="resident", bm_divides=64)} == {64}
-    # not for GEMM1, 8-bit schemes, K > 256 (qwen3's I = 768) or 64 tokens per expert or fewer
+    # W8A8 too: deepseek fp8_block (K = 256 = 2 scale groups of 128), qwen3 fp8 / int8 per
+    # channel (K = 768 = 3 chunks of 256), qwen3 bf16 only where [BM, 768] + the stages fit
+    for scheme, n_out, k_in, a_b in (("fp8_block", 7168, 256, 1), ("fp8_channel", 2048, 768, 1),
+                                     ("int8_channel", 2048, 768, 1), ("none", 2048, 768, 2)):
+        got = tuning.candidate_configs(16384, 128, 8, n_out, k_in, gemm="gemm2", stage="resident", scheme=scheme,
+                                       bm_divides=128)
+        assert got, scheme
+        assert all((c["BLOCK_SIZE_M"] + c["num_stages"] * c["BLOCK_SIZE_N"]) * k_in * a_b <= tuning.SMEM_LIMIT - 16384
+                   for c in got), scheme
+        assert (scheme == "none") == all(c["BLOCK_SIZE_M"] == 64 for c in got), scheme
+    # not for GEMM1, weight-only schemes, K past 4 chunks (Mixtral's I = 14336) or 64 tokens
+    # per expert or fewer
     assert tuning.candidate_configs(16384, 256, 8, 256, 7168, gemm="gemm1", stage="resident") == []
     assert tuning.candidate_configs(16384, 256, 8, 7168, 256, gemm="gemm2", stage="resident",
-                                    scheme="fp8_block") == []
-    assert tuning.candidate_configs(16384, 128, 8, 2048, 768, gemm="gemm2", stage="resident") == []
+                                    scheme="int8_w8a16") == []
+    assert tuning.candidate_configs(16384, 8, 2, 4096, 14336, gemm="gemm2", stage="resident") == []
     assert tuning.candidate_configs(2048, 256, 8, 7168, 256, gemm="gemm2", stage="resident") == []

@@ -40,9 +40,11 @@ num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT]). BLOCK
 AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
 through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
 weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
-prefill regimes. A_RESIDENT = n (GEMM2 only: 16-bit operands of one dtype, no scales, no
-split, the deterministic reduce, K <= 256; BLOCK_SIZE_K is then ignored): the A-resident
-kernel, one program per (m-block, n column tiles), see ``_moe_gemm2_resident_kernel``.
+prefill regimes. A_RESIDENT = n (GEMM2 only: operands of one dtype, 16-bit without scales
+or 8-bit with per-tensor, per-channel or block scales on both; no split, the deterministic
+reduce, K in at most 4 chunks of <= 256 columns (block scales: one K group a chunk);
+BLOCK_SIZE_K, GROUP_SIZE_M, PERSISTENT, RESCALE are then ignored): the A-resident kernel, one
+program per (m-block, n column tiles), see ``_moe_gemm2_resident_kernel``.
 
 PERSISTENT = P > 0 launches min(P * SMs, tiles) programs (per K split) instead of one per
 tile; each loops over tiles (same GROUP_M order, same per-tile code, so the output is
@@ -459,24 +461,86 @@ def _moe_gemm_kernel(
             Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
+@triton.jit
+def _res_a(a_ptr, rows, stride_am, stride_ak, K, C: tl.constexpr, KC: tl.constexpr):
+    """Chunk C (columns [C*KC, (C+1)*KC)) of the program's BM rows of A; zeros past K."""
+    offs_k = C * KC + tl.arange(0, KC)
+    return tl.load(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak,
+                   mask=(offs_k < K)[None, :], other=0.0)
+
+
+@triton.jit
+def _res_as(a_scale_ptr, rows, stride_asm, stride_ask, C: tl.constexpr, A_SCALE: tl.constexpr):
+    """The A scale a chunk's dot is multiplied by: the rows' scales of K group C (block
+    scales, A_SCALE 3); 1 otherwise (per-tensor / per-row scales go to the epilogue)."""
+    if A_SCALE == 3:
+        s = tl.load(a_scale_ptr + rows * stride_asm + C * stride_ask).to(tl.float32)   # [BM]
+    else:
+        s = 1.0
+    return s
+
+
+@triton.jit
+def _res_step(acc, a, sa, b_ptr, b_desc, b_scale_ptr, e, pid_n, offs_bn, K, N_OUT,
+              stride_be, stride_bn, stride_bk, stride_bse, stride_bsn, stride_bsk,
+              C: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, SB_SCALAR: tl.constexpr,
+              FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, USE_TMA: tl.constexpr,
+              KC: tl.constexpr, BLOCK_N: tl.constexpr):
+    """acc + A chunk C @ the tile's weight chunk C. Block scales (B_SCALE 3): the chunk is one
+    K group, its dot gets a tile of its own, scaled by the rows' and the columns' group
+    scales into the fp32 accumulator; else the dot accumulates in place (int32 for int8)."""
+    if USE_TMA:                  # rows past the expert's N only feed masked columns
+        b = tl.trans(b_desc.load([(e * N_OUT + pid_n * BLOCK_N).to(tl.int32), C * KC]))   # [KC, BN]
+    else:
+        offs_k = C * KC + tl.arange(0, KC)
+        b = tl.load(b_ptr + e * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None] * stride_bk,
+                    mask=(offs_k < K)[:, None], other=0.0)
+    if B_SCALE == 3:
+        if SB_SCALAR:            # BN inside one scale group of N: one scale a (tile, group)
+            sb = tl.load(b_scale_ptr + e * stride_bse + (pid_n * BLOCK_N // GROUP_N) * stride_bsn
+                         + C * stride_bsk).to(tl.float32)
+            s = sa[:, None] * sb
+        else:
+            sb = tl.load(b_scale_ptr + e * stride_bse + (offs_bn // GROUP_N) * stride_bsn
+                         + C * stride_bsk).to(tl.float32)
+            s = sa[:, None] * sb[None, :]
+        d = _dot(a, b, None, FP32_IEEE, INT_ACC).to(tl.float32) * s
+        if C == 0:
+            acc = d
+        else:
+            acc += d
+    elif C == 0:
+        acc = _dot(a, b, None, FP32_IEEE, INT_ACC)
+    else:
+        acc = _dot(a, b, acc, FP32_IEEE, INT_ACC)
+    return acc
+
+
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks"])
 def _moe_gemm2_resident_kernel(
-    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, topk_w_ptr, sorted_ids_ptr, expert_ids_ptr, ntpp_ptr,
+    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, expert_ids_ptr,
+    ntpp_ptr,
     N_OUT, K, num_pairs, num_m_blocks,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
     ALIGN_BM: tl.constexpr, HAS_BIAS: tl.constexpr, MUL_W: tl.constexpr, USE_TMA: tl.constexpr,
-    FP32_IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr,
+    A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, SB_SCALAR: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KC: tl.constexpr, NKC: tl.constexpr,
     N_TILES: tl.constexpr, PDL: tl.constexpr,
 ):
     """GEMM2 with A resident (config A_RESIDENT = N_TILES): program (m-block, group g) loads
-    its BM rows of h once, all of K (BLOCK_K = K rounded up to a power of two, K <= 256),
-    then loops over the N_TILES column tiles of group g: per tile one weight tile [BN, K],
-    one dot, the epilogue (bias, routing weight) and the y store. Why: with a small K
-    (deepseek-v3 tp8: I = 256) the one-tile program spends most of its time filling its
-    pipeline and draining its stores (ncu, docs/BENCHMARKS.md ninth session); here the
-    loop's weight loads are software-pipelined across tiles (num_stages), so a tile's loads
-    fly during the previous tile's epilogue, and A crosses L2 once per program, not once per
-    tile. 16-bit operands, no scales, no split, deterministic y only (``_launch`` checks)."""
+    its BM rows of h once, all of K, as NKC <= 4 chunks of KC columns (a power of two <= 256,
+    a TMA box's limit; with block scales one chunk = one K group), then loops over the
+    N_TILES column tiles of group g: per tile NKC weight chunks [BN, KC], NKC dots, the
+    epilogue (scales, bias, routing weight) and the y store. Why: with a small K (deepseek-v3
+    tp8: I = 256) the one-tile program spends most of its time filling its pipeline and
+    draining its stores (ncu, docs/BENCHMARKS.md ninth session); here the loop's weight loads
+    are software-pipelined across tiles (num_stages), so a tile's loads fly during the
+    previous tile's epilogue, and A crosses L2 once per program, not once per tile.
+    Operands of one dtype: 16-bit (no scales) or 8-bit with per-tensor (A_SCALE / B_SCALE 1),
+    per-row / per-column (2) or block (3) scales; no split, deterministic y only
+    (``_launch`` checks)."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
@@ -496,9 +560,26 @@ def _moe_gemm2_resident_kernel(
     slots = tl.load(sorted_ids_ptr + offs_m)                                    # [BM]
     row_ok = slots < num_pairs
     rows = tl.where(row_ok, slots, 0).to(tl.int64)                              # padding reads row 0
-    offs_k = tl.arange(0, BLOCK_K)
-    a = tl.load(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak,
-                mask=(offs_k < K)[None, :], other=0.0)                          # [BM, BK]: all of K
+    # the resident rows: chunks 1..3 alias chunk 0 when NKC is smaller (never used then)
+    a0 = _res_a(a_ptr, rows, stride_am, stride_ak, K, 0, KC)                    # [BM, KC]
+    sa0 = _res_as(a_scale_ptr, rows, stride_asm, stride_ask, 0, A_SCALE)
+    a1, a2, a3 = a0, a0, a0
+    sa1, sa2, sa3 = sa0, sa0, sa0
+    if NKC > 1:
+        a1 = _res_a(a_ptr, rows, stride_am, stride_ak, K, 1, KC)
+        sa1 = _res_as(a_scale_ptr, rows, stride_asm, stride_ask, 1, A_SCALE)
+    if NKC > 2:
+        a2 = _res_a(a_ptr, rows, stride_am, stride_ak, K, 2, KC)
+        sa2 = _res_as(a_scale_ptr, rows, stride_asm, stride_ask, 2, A_SCALE)
+    if NKC > 3:
+        a3 = _res_a(a_ptr, rows, stride_am, stride_ak, K, 3, KC)
+        sa3 = _res_as(a_scale_ptr, rows, stride_asm, stride_ask, 3, A_SCALE)
+    if A_SCALE == 1:                # per-tensor / per-row activation scales: the epilogue's
+        sa_out = tl.load(a_scale_ptr).to(tl.float32)
+    elif A_SCALE == 2:
+        sa_out = tl.load(a_scale_ptr + rows * stride_asm).to(tl.float32)[:, None]
+    if B_SCALE == 1:
+        sb_e = tl.load(b_scale_ptr + e * stride_bse).to(tl.float32)
     if MUL_W:
         w = tl.load(topk_w_ptr + slots, mask=row_ok, other=0.0).to(tl.float32)[:, None]
     c_rows = c_ptr + rows[:, None] * stride_cm
@@ -506,12 +587,28 @@ def _moe_gemm2_resident_kernel(
         pid_n = g * N_TILES + j
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_bn = offs_n % N_OUT     # wrapped columns (a group past N): loads need no N mask
-        if USE_TMA:                  # rows past the expert's N only feed masked columns
-            b = tl.trans(b_desc.load([(e * N_OUT + pid_n * BLOCK_N).to(tl.int32), 0]))   # [BK, BN]
-        else:
-            b = tl.load(b_ptr + e * stride_be + offs_bn[None, :] * stride_bn + offs_k[:, None] * stride_bk,
-                        mask=(offs_k < K)[:, None], other=0.0)
-        acc = _dot(a, b, None, FP32_IEEE, False)
+        acc = _res_step(None, a0, sa0, b_ptr, b_desc, b_scale_ptr, e, pid_n, offs_bn, K, N_OUT,
+                        stride_be, stride_bn, stride_bk, stride_bse, stride_bsn, stride_bsk,
+                        0, B_SCALE, GROUP_N, SB_SCALAR, FP32_IEEE, INT_ACC, USE_TMA, KC, BLOCK_N)
+        if NKC > 1:
+            acc = _res_step(acc, a1, sa1, b_ptr, b_desc, b_scale_ptr, e, pid_n, offs_bn, K, N_OUT,
+                            stride_be, stride_bn, stride_bk, stride_bse, stride_bsn, stride_bsk,
+                            1, B_SCALE, GROUP_N, SB_SCALAR, FP32_IEEE, INT_ACC, USE_TMA, KC, BLOCK_N)
+        if NKC > 2:
+            acc = _res_step(acc, a2, sa2, b_ptr, b_desc, b_scale_ptr, e, pid_n, offs_bn, K, N_OUT,
+                            stride_be, stride_bn, stride_bk, stride_bse, stride_bsn, stride_bsk,
+                            2, B_SCALE, GROUP_N, SB_SCALAR, FP32_IEEE, INT_ACC, USE_TMA, KC, BLOCK_N)
+        if NKC > 3:
+            acc = _res_step(acc, a3, sa3, b_ptr, b_desc, b_scale_ptr, e, pid_n, offs_bn, K, N_OUT,
+                            stride_be, stride_bn, stride_bk, stride_bse, stride_bsn, stride_bsk,
+                            3, B_SCALE, GROUP_N, SB_SCALAR, FP32_IEEE, INT_ACC, USE_TMA, KC, BLOCK_N)
+        acc = acc.to(tl.float32)
+        if A_SCALE == 1 or A_SCALE == 2:
+            acc *= sa_out
+        if B_SCALE == 1:
+            acc *= sb_e
+        elif B_SCALE == 2:
+            acc *= tl.load(b_scale_ptr + e * stride_bse + offs_bn * stride_bsn).to(tl.float32)[None, :]
         if HAS_BIAS:
             acc += tl.load(bias_ptr + e * stride_bias_e + offs_bn * stride_bias_n).to(tl.float32)[None, :]
         if MUL_W:
@@ -608,16 +705,10 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
     if config.get("A_RESIDENT", 0):
-        n_tiles = config["A_RESIDENT"]
-        ok = (act == _NO_ACT and a_div == 1 and c_div == 1 and split == 1 and not atomic and quant == "none"
-              and a_scale is None
-              and b_scale is None and not out_group and a.dtype == b.dtype and K <= _RESIDENT_MAX_K)
-        if not ok:
-            raise ValueError("config A_RESIDENT is for GEMM2 with 16-bit (or fp32) operands of one dtype, no "
-                             f"scales, the deterministic reduce and K <= {_RESIDENT_MAX_K} (got K = {K}, "
-                             f"quant {quant!r}, {a.dtype} x {b.dtype}); drop A_RESIDENT from the config")
-        return _launch_resident(a, b, c, align, n_out, n_tiles, BM, BN, warps, stages, bias, topk_weights,
-                                bool(config.get("USE_TMA", False)), pdl)
+        return _launch_resident(a, b, c, align, n_out=n_out, config=config, bias=bias, topk_weights=topk_weights,
+                                quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
+                                generic_ok=(act == _NO_ACT and a_div == 1 and c_div == 1 and split == 1
+                                            and not atomic and not out_group and not a_group))
     assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
     assert not a_group or a_group % BK == 0, "BLOCK_SIZE_K must divide the activation scale group"
     assert not out_group or BN % out_group == 0, "BLOCK_SIZE_N must hold whole output scale groups"
@@ -671,33 +762,67 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
-_RESIDENT_MAX_K = 256       # the resident A tile [BM, K] and a TMA box of [BN, K] (<= 256)
+_RESIDENT_MAX_CHUNKS = 4     # resident A chunks a program holds (the kernel names a0..a3)
+_RESIDENT_MAX_KC = 256        # a chunk's columns: a TMA box dimension's limit
 
 
-def _launch_resident(a, b, c, align, n_out, n_tiles, BM, BN, warps, stages, bias, topk_weights, use_tma, pdl):
-    """``_moe_gemm2_resident_kernel``: one program per (m-block, group of n_tiles column tiles)."""
+def resident_chunks(K: int, itemsize: int, block_k: Optional[int] = None) -> Optional[tuple]:
+    """(KC, NKC) of the A-resident GEMM2 for reduction size K: K in NKC <= 4 chunks of KC
+    columns (a power of two <= 256; 8-bit dots need KC >= 32); with block scales of K group
+    ``block_k`` one chunk is one group. None when K does not fit that."""
+    if block_k is not None:
+        kc = block_k
+        if kc & (kc - 1) or not 32 <= kc <= _RESIDENT_MAX_KC:
+            return None
+    else:
+        kc = min(_RESIDENT_MAX_KC, max(32 if itemsize == 1 else 16, next_power_of_2(K)))
+    nkc = cdiv(K, kc)
+    return (kc, nkc) if 1 <= nkc <= _RESIDENT_MAX_CHUNKS else None
+
+
+def _launch_resident(a, b, c, align, *, n_out, config, bias, topk_weights, quant, a_scale, b_scale, block_shape,
+                     pdl, generic_ok):
+    """``_moe_gemm2_resident_kernel``: one program per (m-block, group of A_RESIDENT column tiles)."""
+    BM, BN, _, _, warps, stages, _ = _cfg(config)
+    n_tiles = config["A_RESIDENT"]
     K = a.shape[1]
+    eight_bit = a.dtype.itemsize == 1
+    a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b)
+    if eight_bit:    # 8-bit x 8-bit: both scales; block scales on both sides or on neither
+        scales_ok = a_mode in (1, 2, 3) and b_mode in (1, 2, 3) and (a_mode == 3) == (b_mode == 3)
+    else:
+        scales_ok = a_mode == 0 and b_mode == 0
+    chunks = resident_chunks(K, a.element_size(), gk if b_mode == 3 else None)
+    if not (generic_ok and a.dtype == b.dtype and scales_ok and chunks is not None):
+        raise ValueError(
+            "config A_RESIDENT is for GEMM2 with operands of one dtype (16-bit without scales, or 8-bit with "
+            "per-tensor, per-channel or block scales on both), no split, the deterministic reduce, and K <= "
+            f"{_RESIDENT_MAX_CHUNKS * _RESIDENT_MAX_KC} (block scales: K <= {_RESIDENT_MAX_CHUNKS} groups of 32..256) "
+            f"(got K = {K}, quant {quant!r}, {a.dtype} x {b.dtype}); drop A_RESIDENT from the config")
+    assert isinstance(n_tiles, int) and n_tiles >= 1, "A_RESIDENT is a number of column tiles per program (>= 1)"
+    kc, nkc = chunks
     num_m_blocks = align.max_padded // BM
     if num_m_blocks == 0 or n_out == 0:
         return
-    assert n_tiles >= 1, "A_RESIDENT is a number of column tiles per program (>= 1)"
-    bk = max(16, next_power_of_2(K))
     groups = cdiv(cdiv(n_out, BN), n_tiles)
     b_desc = None
-    if use_tma and TensorDescriptor is not None and _tma_ok(b):
-        b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, bk])   # [E*N, K]
+    if config.get("USE_TMA", False) and TensorDescriptor is not None and _tma_ok(b):
+        b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, kc])   # [E*N, K]
     s_am, s_ak = a.stride()[:2]
     s_be, s_bn, s_bk = b.stride()[:3]
     s_cm, s_cn = c.stride()[:2]
     s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
     launch(_moe_gemm2_resident_kernel, (num_m_blocks * groups,), (
-        a, b, b_desc, c, bias if bias is not None else a, topk_weights if topk_weights is not None else a,
+        a, b, b_desc, c, bias if bias is not None else a, sa, sb, topk_weights if topk_weights is not None else a,
         align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
         n_out, K, align.num_pairs, num_m_blocks,
-        s_am, s_ak, s_be, s_bn, s_bk, s_cm, s_cn, s_bias_e, s_bias_n,
+        s_am, s_ak, s_be, s_bn, s_bk, s_cm, s_cn, s_bias_e, s_bias_n, sam, sak, sbe, sbn, sbk,
     ), dict(ALIGN_BM=align.block_m, HAS_BIAS=bias is not None, MUL_W=topk_weights is not None,
-            USE_TMA=b_desc is not None, FP32_IEEE=a.dtype == torch.float32, BLOCK_M=BM, BLOCK_N=BN,
-            BLOCK_K=bk, N_TILES=n_tiles, PDL=pdl), num_warps=warps, num_stages=stages, launch_pdl=pdl)
+            USE_TMA=b_desc is not None, FP32_IEEE=a.dtype == torch.float32,
+            INT_ACC=a.dtype == torch.int8, A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn,
+            SB_SCALAR=b_mode == 3 and gn % BN == 0 and n_out % gn == 0,
+            BLOCK_M=BM, BLOCK_N=BN, KC=kc, NKC=nkc, N_TILES=n_tiles, PDL=pdl),
+        num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
 def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int, activation: str,
