@@ -15,15 +15,31 @@ import sys
 import tempfile
 
 _R = dict(RESCALE=True, PERSISTENT=0, FLATTEN=False)   # block scales applied to the accumulator
-CASES = [   # session 10, round 2: the shipped deepseek-v3 tp8 T=16384 GEMM2 is A-resident 128x64 x112 w8 s3
-    # (round 1: x8 4257, x28 4049, x112 4012 us; 128x128 s2 and 64x128 s2 slower): its neighbours
+def _res(bm, bn, nt, w, st):
+    return dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, num_warps=w, num_stages=st, A_RESIDENT=nt, USE_TMA=True)
+
+
+CASES = [   # session 11: the A-resident GEMM2 with 8-bit operands (qwen3 K = 768 in 3 chunks, deepseek
+    # fp8_block K = 256 in 2 scale groups) against the shipped tiled GEMM2s
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g2 res 128x64 x32 w8 s2", "gemm2", _res(128, 64, 32, 8, 2)),
+        ("g2 res 128x32 x64 w8 s3", "gemm2", _res(128, 32, 64, 8, 3)),
+        ("g2 res 64x64 x32 w4 s3", "gemm2", _res(64, 64, 32, 4, 3)),
+        ("g2 res 64x32 x64 w4 s4", "gemm2", _res(64, 32, 64, 4, 4)),
+    ], "fp8_channel"),
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [
-        ("g2 res 128x64 x112 w4 s3", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=4, num_stages=3, A_RESIDENT=112)),
-        ("g2 res 128x64 x112 w8 s4", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, num_warps=8, num_stages=4, A_RESIDENT=112)),
-        ("g2 res 128x32 x224 w8 s4", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=32, num_warps=8, num_stages=4, A_RESIDENT=224)),
-        ("g2 res 128x32 x224 w4 s6", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=32, num_warps=4, num_stages=6, A_RESIDENT=224)),
-        ("g2 res 64x64 x112 w4 s4", "gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, num_warps=4, num_stages=4, A_RESIDENT=112)),
-    ]),
+        ("g2 res 128x64 x112 w8 s4", "gemm2", _res(128, 64, 112, 8, 4)),
+        ("g2 res 128x128 x56 w8 s3", "gemm2", _res(128, 128, 56, 8, 3)),
+        ("g2 res 64x64 x112 w4 s4", "gemm2", _res(64, 64, 112, 4, 4)),
+    ], "fp8_block"),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
+        ("g2 res 64x64 x32 w4 s3", "gemm2", _res(64, 64, 32, 4, 3)),
+        ("g2 res 64x32 x64 w4 s4", "gemm2", _res(64, 32, 64, 4, 4)),
+    ], "fp8_channel"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 res 64x64 x112 w4 s4", "gemm2", _res(64, 64, 112, 4, 4)),
+        ("g2 res 64x128 x56 w4 s3", "gemm2", _res(64, 128, 56, 4, 3)),
+    ], "fp8_block"),
 ]
 
 
