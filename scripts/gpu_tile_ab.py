@@ -1,4 +1,4 @@
-"""A/B of single launch-config entries of the shipped H100 bf16 files, through `fusedmoe bench`.
+"""A/B of single launch-config entries of the shipped files of this GPU, through `fusedmoe bench`.
 
     python3 scripts/gpu_tile_ab.py            (on the GPU, from the repo root)
 
@@ -19,20 +19,21 @@ def _res(bm, bn, nt, w, st):
     return dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, num_warps=w, num_stages=st, A_RESIDENT=nt, USE_TMA=True)
 
 
-CASES = [   # session 11, round 2: the shipped deepseek-v3 tp8 fp8_block GEMM2s are A-resident now (T=16384
-    # 128x128 x56 w8 s3: 3728 -> 3086 us; T=4096 64x64 x112 w4 s4: 1252 -> 1124 us): their neighbours.
-    # (Round 1: qwen3 fp8_channel A-resident at K = 768 was 20-28% SLOWER than the tiled GEMM2.)
+CASES = [   # session 11, round 3 (H200): the A-resident GEMM2s shipped on the H100 this session and last
+    # (deepseek-v3 tp8 fp8_block T=4096 64x128 x56 w4 s4 / T=16384 128x128 x56 w8 s3; bf16 T=16384
+    # 128x64 x112 w8 s4) against the H200 files' tiled GEMM2s
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [
-        ("g2 res 128x128 x56 w8 s4", "gemm2", _res(128, 128, 56, 8, 4)),
-        ("g2 res 128x128 x56 w4 s3", "gemm2", _res(128, 128, 56, 4, 3)),
-        ("g2 res 128x128 x28 w8 s3", "gemm2", _res(128, 128, 28, 8, 3)),
-        ("g2 res 128x64 x112 w8 s6", "gemm2", _res(128, 64, 112, 8, 6)),
+        ("g2 res 128x128 x56 w8 s3", "gemm2", _res(128, 128, 56, 8, 3)),
+        ("g2 res 128x64 x112 w8 s4", "gemm2", _res(128, 64, 112, 8, 4)),
     ], "fp8_block"),
     ("deepseek-v3", 8, 4096, "E=256,N=256,", [
-        ("g2 res 64x64 x112 w4 s6", "gemm2", _res(64, 64, 112, 4, 6)),
         ("g2 res 64x128 x56 w4 s4", "gemm2", _res(64, 128, 56, 4, 4)),
-        ("g2 res 64x64 x56 w4 s4", "gemm2", _res(64, 64, 56, 4, 4)),
+        ("g2 res 64x64 x112 w4 s4", "gemm2", _res(64, 64, 112, 4, 4)),
     ], "fp8_block"),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g2 res 128x64 x112 w8 s4", "gemm2", _res(128, 64, 112, 8, 4)),
+        ("g2 res 128x128 x56 w8 s3", "gemm2", _res(128, 128, 56, 8, 3)),
+    ]),
 ]
 
 
@@ -53,10 +54,13 @@ def bench(model, tp, T, cfg_dir=None, quant="none"):
     return r["us_graph"] or float("nan"), r["pct_roofline"] or float("nan")
 
 
+import torch  # noqa: E402
+
+DEVICE = torch.cuda.get_device_name().replace(" ", "_")   # the shipped file of this GPU
 for model, tp, T, prefix, variants, *rest in CASES:
     quant = rest[0] if rest else "none"
     dt = "bfloat16" if quant == "none" else quant
-    src = glob.glob(f"fusedmoe/kernels/configs/{prefix}device_name=NVIDIA_H100_80GB_HBM3,dtype={dt}*.json")[0]
+    src = glob.glob(f"fusedmoe/kernels/configs/{prefix}device_name={DEVICE},dtype={dt}*.json")[0]
     us, pct = bench(model, tp, T, quant=quant)
     print(f"{model} tp{tp} T={T} shipped: {us:9.1f} us {pct:5.1f}%", flush=True)
     for label, gemm, over in [v if len(v) == 3 else (v[0], v[1], None) for v in variants]:

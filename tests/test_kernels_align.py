@@ -202,8 +202,9 @@ def test_scan_programs_default_and_bad():
     mp = al.max_padded_size(131072, 128, 256)                  # deepseek E=256
     p2, _ = al._scan_launch(128, 128, 256, mp // 128, None, False)
     assert p2 >= p
-    # a tiny chunked problem stays on one program; P is capped
-    assert al._scan_launch(5, 16, 8, 64, None, False)[0] == 1
+    # at least 8 programs where there are 8 chunks, one a chunk below that; P is capped
+    assert al._scan_launch(5, 16, 8, 64, None, False)[0] == 5
+    assert al._scan_launch(16, 64, 128, 160, None, False)[0] == 8
     assert al._scan_launch(1 << 20, 16, 8, 1 << 18, None, False)[0] == al.SCAN_MAX_PROGRAMS
     with pytest.raises(ValueError):
         al.align_block_size(_ids(100, 2, 5, seed=0), 16, 5, small_max=16, chunk=32, scan_programs=0)

@@ -261,6 +261,10 @@ def _bins(num_experts: int) -> tuple:
 
 
 SCAN_MAX_PROGRAMS = 64   # cap on the scan's grid (scan_programs=None)
+# at least this many (up to one a chunk): H100 (benchmarks/align_ab.py --sweep, whole align
+# call, CUDA graph) qwen3 n=32768 BM 64: P=1 19.2 us, 2 16.5, 8 15.6; n=8192: 12.7 / 11.8 / 10.8;
+# n=131072: P=1 36.6, 8 19.6, 16-32 19.3; deepseek E=256 n=131072: 47.9 / 22.8 (8) / 21.2 (16)
+_SCAN_MIN_PROGRAMS = 8
 _PAD_LANES = 8192        # padding lanes (experts x BM) one scan program should write at most
 
 
@@ -270,15 +274,16 @@ def _scan_launch(num_chunks: int, block_m: int, num_experts: int, max_blocks: in
     """(P, constexprs) of the chunked path's scan, once per shape.
 
     P (scan_programs, else chosen): enough programs that each writes about one CB-chunk block
-    of base rows, one FILL_B step of expert_ids and at most _PAD_LANES padding lanes, capped
-    at SCAN_MAX_PROGRAMS. Each program first reads all counts (the totals), a fixed cost.
+    of base rows, one FILL_B step of expert_ids and at most _PAD_LANES padding lanes, at least
+    min(_SCAN_MIN_PROGRAMS, chunks), capped at SCAN_MAX_PROGRAMS. Each program first reads all counts (the totals), a fixed cost.
     The tail [total, max_padded) is not in the rule (total is known on the device only): with
     most pairs dropped by an expert map each program fills ~max_padded / (P * FILL_B) steps.
     """
     e_bins, log_e = _bins(num_experts)
     cb = max(1, 4096 // e_bins)               # chunks per base step  (x E_BINS: 4096 values)
     if scan_programs is None:
-        p = max(cdiv(num_chunks, cb), cdiv(max_blocks, _FILL_B), cdiv(e_bins * block_m, _PAD_LANES))
+        p = max(cdiv(num_chunks, cb), cdiv(max_blocks, _FILL_B), cdiv(e_bins * block_m, _PAD_LANES),
+                min(_SCAN_MIN_PROGRAMS, num_chunks))
         p = min(p, SCAN_MAX_PROGRAMS)
     else:
         p = int(scan_programs)
