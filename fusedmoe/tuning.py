@@ -461,8 +461,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     SMs), 'group' (GROUP_SIZE_M of ``tiles``, only when an expert spans several M blocks),
     'tma' (``tiles`` with USE_TMA, prefill tiles only, when triton has TMA descriptors),
     'persistent' (``tiles`` with PERSISTENT programs per SM, without and with FLATTEN, prefill
-    only: more than 64 tokens per expert), 'resident' (GEMM2, 16-bit or W8A8, K in <= 4
-    chunks of <= 256, prefill: A_RESIDENT tiles, all of N a program, warps x stages that fit).
+    only: more than 64 tokens per expert), 'resident' (GEMM2, 16-bit or W8A8, K <= 256,
+    prefill: A_RESIDENT tiles, all of N a program, warps x stages that fit).
     ``space`` ({key: [values]}) replaces the generated values of a key.
     """
     s = QuantScheme.parse(scheme)
@@ -559,7 +559,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
                     out += [{**t, "PERSISTENT": p, "FLATTEN": fl} for p in persistents for fl in flattens]
     elif stage == "resident":
         # GEMM2 with A resident (grouped_gemm's A_RESIDENT), prefill: 16-bit, or W8A8 with
-        # per-tensor / per-channel / block scales; K in at most 4 chunks of <= 256 columns.
+        # per-tensor / per-channel / block scales (deepseek-v3 tp8 fp8_block, K = 2 groups:
+        # H100 T=16384 3728 -> 3086 us, T=4096 1252 -> 1088).
         # Each program keeps its BM rows of h (all of K) and loops over column tiles, the
         # weight loads pipelined across them. H100 deepseek-v3 tp8 bf16 T=16384
         # (docs/BENCHMARKS.md, tenth session): 4400 -> 3917 us with BN 64, 4 stages, all of N in
@@ -567,8 +568,10 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
         from .kernels.grouped_gemm import resident_chunks  # noqa: PLC0415
         w8a8 = s.method in (QuantMethod.FP8_TENSOR, QuantMethod.FP8_CHANNEL, QuantMethod.FP8_BLOCK,
                             QuantMethod.INT8_CHANNEL)
+        # K <= 256 only: qwen3's K = 768 (3 chunks) was 20-28% SLOWER than the tiled GEMM2 on
+        # the H100 (fp8_channel T=4096 / 16384, eleventh session); the kernel still runs it
         chunks = resident_chunks(k_in, int(a_b), s.block_shape[1] if s.method == QuantMethod.FP8_BLOCK else None)
-        if gemm == "gemm2" and (s.method == QuantMethod.NONE or w8a8) and chunks and m > 64:
+        if gemm == "gemm2" and (s.method == QuantMethod.NONE or w8a8) and chunks and k_in <= 256 and m > 64:
             kp = chunks[0] * chunks[1]                                      # K as the chunks hold it
             for bm in [b for b in (64, 128) if not bm_divides or (b <= bm_divides and bm_divides % b == 0)]:
                 for bn in (32, 64, 128):
@@ -632,7 +635,7 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
     (GEMM2's BLOCK_SIZE_M dividing GEMM1's). Each GEMM: tiles, then warps x stages of the best
     two tiles, then (GEMM2, decode) SPLIT_K of the best two, then GROUP_SIZE_M of the best,
     then the best with TMA weight loads (prefill tiles, triton >= 3.4), then the best as a
-    persistent launch (prefill), then (GEMM2, 16-bit or W8A8, K <= 4 x 256, prefill) the
+    persistent launch (prefill), then (GEMM2, 16-bit or W8A8, K <= 256, prefill) the
     A-resident kernel's tiles.
     The fastest correct pair among the top three of each GEMM wins.
     """
