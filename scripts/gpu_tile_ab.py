@@ -19,21 +19,20 @@ def _res(bm, bn, nt, w, st):
     return dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, num_warps=w, num_stages=st, A_RESIDENT=nt, USE_TMA=True)
 
 
-CASES = [   # session 11, round 3 (H200): the A-resident GEMM2s shipped on the H100 this session and last
-    # (deepseek-v3 tp8 fp8_block T=4096 64x128 x56 w4 s4 / T=16384 128x128 x56 w8 s3; bf16 T=16384
-    # 128x64 x112 w8 s4) against the H200 files' tiled GEMM2s
+def _g1(bm, bn, w, st):
+    return dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, num_warps=w, num_stages=st, RESCALE=True,
+                USE_TMA=True, PERSISTENT=0, FLATTEN=False, GROUP_SIZE_M=1)
+
+
+CASES = [   # session 11, round 4 (H100): deepseek-v3 tp8 fp8_block GEMM1 at T=16384 with tiles small
+    # enough for two CTAs an SM (<= ~113 KB shared memory), so one CTA's per-K-group rescale of
+    # its accumulator can overlap the other's wgmma; GEMM2 A-resident under BM 64
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [
-        ("g2 res 128x128 x56 w8 s3", "gemm2", _res(128, 128, 56, 8, 3)),
-        ("g2 res 128x64 x112 w8 s4", "gemm2", _res(128, 64, 112, 8, 4)),
+        ("g1 64x128 w4 s2 R", [("gemm1", _g1(64, 128, 4, 2)), ("gemm2", _res(64, 128, 56, 4, 4))]),
+        ("g1 64x128 w4 s3 R", [("gemm1", _g1(64, 128, 4, 3)), ("gemm2", _res(64, 128, 56, 4, 4))]),
+        ("g1 64x64 w4 s3 R", [("gemm1", _g1(64, 64, 4, 3)), ("gemm2", _res(64, 128, 56, 4, 4))]),
+        ("g1 128x64 w8 s3 R", [("gemm1", _g1(128, 64, 8, 3)), ("gemm2", _res(128, 128, 56, 8, 3))]),
     ], "fp8_block"),
-    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
-        ("g2 res 64x128 x56 w4 s4", "gemm2", _res(64, 128, 56, 4, 4)),
-        ("g2 res 64x64 x112 w4 s4", "gemm2", _res(64, 64, 112, 4, 4)),
-    ], "fp8_block"),
-    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
-        ("g2 res 128x64 x112 w8 s4", "gemm2", _res(128, 64, 112, 8, 4)),
-        ("g2 res 128x128 x56 w8 s3", "gemm2", _res(128, 128, 56, 8, 3)),
-    ]),
 ]
 
 
