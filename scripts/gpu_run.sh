@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device-tool call = one of these stages, results under $OUT (see docs/BENCHMARKS.md).
 #   scripts/gpu_run.sh test            environment, GPU test suite, conformance check
+#   scripts/gpu_run.sh test-a | test-b the GPU suite in two halves (tests/test_[a-g]*, the rest):
+#                                      cold, the whole suite (330 tests) no longer fits one call
 #   scripts/gpu_run.sh bench [args]    fusedmoe bench (extra args passed through)
 #   scripts/gpu_run.sh tune  [args]    fusedmoe tune  (writes JSON under $OUT/configs)
 #   scripts/gpu_run.sh diag            where the time goes (benchmarks/profile_stages.py): host time
@@ -37,6 +39,11 @@ run_bench() {
 }
 case "$stage" in
   test) env_info; run_tests ;;
+  test-a) env_info
+        timeout 585 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_[a-g]*.py 2>&1 | tee "$OUT/gpu_tests_a.log" | tail -20 ;;
+  test-b) env_info
+        timeout 585 python3 -m pytest -m gpu -q -p no:cacheprovider $(ls tests/test_*.py | grep -v "tests/test_[a-g]") 2>&1 \
+          | tee "$OUT/gpu_tests_b.log" | tail -20 ;;
   bench) env_info; run_bench "$@" ;;
   tune) env_info; python3 -m fusedmoe tune --out-dir "$OUT/configs" "$@" 2>&1 | tail -30 ;;
   diag) env_info
