@@ -1,6 +1,8 @@
 """A/B of single launch-config entries of the shipped files of this GPU, through `fusedmoe bench`.
 
-    python3 scripts/gpu_tile_ab.py            (on the GPU, from the repo root)
+    python3 scripts/gpu_tile_ab.py [ROUND ...]     (on the GPU, from the repo root)
+
+ROUND: names of ROUNDS below (default: the last one).
 
 For each (preset, tp, T): the shipped file, then each variant (the entry's gemm1/gemm2 dict
 updated with the overrides) in a FUSEDMOE_CONFIG_DIR copy. Prints the triton graph µs and the
@@ -24,7 +26,8 @@ def _g1(bm, bn, w, st):
                 USE_TMA=True, PERSISTENT=0, FLATTEN=False, GROUP_SIZE_M=1)
 
 
-CASES = [   # session 11, round 4 (H100): deepseek-v3 tp8 fp8_block GEMM1 at T=16384 with tiles small
+ROUNDS = {}
+ROUNDS["s11r4"] = [   # session 11, round 4 (H100): deepseek-v3 tp8 fp8_block GEMM1 at T=16384 with tiles small
     # enough for two CTAs an SM (<= ~113 KB shared memory), so one CTA's per-K-group rescale of
     # its accumulator can overlap the other's wgmma; GEMM2 A-resident under BM 64
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [
@@ -33,6 +36,27 @@ CASES = [   # session 11, round 4 (H100): deepseek-v3 tp8 fp8_block GEMM1 at T=1
         ("g1 64x64 w4 s3 R", [("gemm1", _g1(64, 64, 4, 3)), ("gemm2", _res(64, 128, 56, 4, 4))]),
         ("g1 128x64 w8 s3 R", [("gemm1", _g1(128, 64, 8, 3)), ("gemm2", _res(128, 128, 56, 8, 3))]),
     ], "fp8_block"),
+]
+
+
+def _t(bm, bn, bk, w, st, **kw):
+    return dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, num_warps=w, num_stages=st, **kw)
+
+
+ROUNDS["s12mix256"] = [   # session 12 (H100): Mixtral T=256 (64 pairs an expert, weight-bound: 87.1% of
+    # the roofline where T=64 reaches 99.8%). Shipped: GEMM1 128x128x64 w8 s4 TMA; GEMM2 128x256x64
+    # w8 s4 TMA = 8 x 16 = 128 programs, one per SM, 7.3 MB of w2 each
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [
+        ("g2 split2", "gemm2", dict(SPLIT_K=2)),
+        ("g2 bn128", "gemm2", dict(BLOCK_SIZE_N=128)),
+        ("g2 bn128 s2", "gemm2", dict(BLOCK_SIZE_N=128, SPLIT_K=2)),
+        ("g2 bn128 bk128 s3", "gemm2", dict(BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, num_stages=3)),
+        ("bm64", [("gemm1", _t(64, 128, 64, 4, 4, GROUP_SIZE_M=8, USE_TMA=True)),
+                  ("gemm2", _t(64, 256, 64, 8, 4, GROUP_SIZE_M=8, USE_TMA=True))]),
+        ("bm64 g2 bn128", [("gemm1", _t(64, 128, 64, 4, 4, GROUP_SIZE_M=8, USE_TMA=True)),
+                           ("gemm2", _t(64, 128, 64, 4, 4, GROUP_SIZE_M=8, USE_TMA=True))]),
+        ("g1 bk128 s2", "gemm1", dict(BLOCK_SIZE_K=128, num_stages=2)),
+    ]),
 ]
 
 
@@ -56,6 +80,8 @@ def bench(model, tp, T, cfg_dir=None, quant="none"):
 import torch  # noqa: E402
 
 DEVICE = torch.cuda.get_device_name().replace(" ", "_")   # the shipped file of this GPU
+names = sys.argv[1:] or [list(ROUNDS)[-1]]
+CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
     quant = rest[0] if rest else "none"
     dt = "bfloat16" if quant == "none" else quant
