@@ -15,6 +15,8 @@ D. W8A8 schemes at T = 1..16 (--d-cases, --d-tokens): decode kernels with x and 
    (FUSEDMOE_W8A8_DECODE=a8), the same on the tensor cores (tc, kernels/decode_tc.py), decode
    kernels with 16-bit activations (a16, the default), and the grouped path; graph / eager
    µs and the ratio to the 8-bit weight-read roofline.
+G. GEMM2 with several N tiles a program (kernels/decode.py TILES, FUSEDMOE_DECODE_TILES):
+   the layer at --g-tokens for each of --g-tiles, alternating rounds (--g-cases).
 T. T=1, the tensor-core decode GEMMs alone (--t-cases): a tile / split / stage sweep.
    ``--a16`` makes section A sweep the W8A8 GEMMs with 16-bit activations.
 Prints tables and writes every figure to the JSON.
@@ -54,11 +56,12 @@ def around(default: dict, esize: int, group_k=None):
     return out
 
 
-def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=False):
+def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=False, gemm2_configs=None):
     """Section A for one shape and scheme: every config's time per GEMM, and the default.
     W8A8 schemes run as the backend does with FUSEDMOE_W8A8_DECODE=a8: x and h quantized by
     the quantization kernels beforehand (untimed here), the GEMMs on the 8-bit operands;
-    ``a16``: 16-bit x and h against the 8-bit weights (the default decode math)."""
+    ``a16``: 16-bit x and h against the 8-bit weights (the default decode math).
+    ``gemm2_configs``: time only GEMM2, with these configs (section G)."""
     from fusedmoe.modular.prepare_finalize import quantize_activation
     H, I, k = cfg.hidden_size, cfg.intermediate_size, cfg.top_k
     esize = 1 if scheme != "none" else 2
@@ -82,10 +85,10 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=
                                   (8,) if quick else (4, 8), (True,) if quick or esize == 1 else (False, True)))
     gk = w.scheme.block_shape[1] if scheme == "fp8_block" else None
     default = {"gemm1": decode_config(2, k, I, H, esize, group_k=gk), "gemm2": decode_config(kp, 1, H, I, esize, group_k=gk)}
-    for gemm in ("gemm1", "gemm2"):
+    for gemm in ("gemm1", "gemm2") if gemm2_configs is None else ("gemm2",):
         R = 2 if gemm == "gemm1" else kp
-        configs = (around(default[gemm], esize, gk) if grid_around else
-                   [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=pf) for bn, bk, warps, pf in grid])
+        configs = (gemm2_configs if gemm2_configs is not None else around(default[gemm], esize, gk) if grid_around
+                   else [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=pf) for bn, bk, warps, pf in grid])
         for c in configs:
             if R * c["BLOCK_N"] * c["BLOCK_K"] > 32768:          # spills for sure: not worth a compile
                 continue
@@ -103,6 +106,11 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=
             try:
                 us = hz.time_graph(calls)
                 rows.append(dict(gemm=gemm, **c, us=us, gbps=nb / us / 1e3, pct=100 * nb / us / 1e3 / bw))
+                if gemm2_configs is not None:
+                    r = rows[-1]
+                    print(f"G kernel {scheme:11s} gemm2 BN{c['BLOCK_N']} "
+                          f"BK{c['BLOCK_K']} w{c['num_warps']} tiles{c.get('TILES', 1)} {r['us']:7.2f} us "
+                          f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
             except Exception as e:  # a config that does not compile: say so, go on
                 rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:120]}"))
     return rows, default
@@ -243,7 +251,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_ab.json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C,D,T")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C,D,G,T")
     ap.add_argument("--schemes", default="none,fp8_channel,fp8_block", help="schemes of both sections")
     ap.add_argument("--a16", action="store_true", help="section A: W8A8 schemes with 16-bit activations")
     ap.add_argument("--around", action="store_true", help="section A: the grid around decode_config's choice "
@@ -254,6 +262,10 @@ def main():
     ap.add_argument("--d-variants", default=",".join(W8A8_MODES), help="section D: which of " + ",".join(W8A8_MODES))
     ap.add_argument("--t-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
                     "deepseek-v3:8:fp8_block", help="section T: model:tp:scheme list")
+    ap.add_argument("--g-cases", default="qwen3-30b-a3b:1:fp8_channel,deepseek-v3:8:fp8_block,"
+                    "qwen3-30b-a3b:1:none,deepseek-v3:8:none", help="section G: model:tp:scheme list")
+    ap.add_argument("--g-tokens", default="1,2")
+    ap.add_argument("--g-tiles", default="1,2,4,8,16")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     ceil = hz.measure_ceilings("cuda")
@@ -265,6 +277,32 @@ def main():
     want = set(a.schemes.split(","))
     if a.around:      # (Mixtral's T=1 decode is at ~100% of the roofline already)
         sweeps = [c for c in sweeps if c[0] != "mixtral-8x7b"]
+    if "G" not in skip:
+        res["G"] = []
+        variants = {f"tiles{n}": dict(FUSEDMOE_DECODE_TILES=n) for n in a.g_tiles.split(",")}
+        for case in a.g_cases.split(","):
+            name, tp, scheme = case.split(":")
+            print(f"G {case}", flush=True)
+            # GEMM2 alone at T=1 (16-bit h: the a16 math of W8A8): decode_config's tile, BN x2, warps 4 / 8,
+            # each with every TILES
+            cfg = get_preset(name).to_config(tp=int(tp))
+            w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+            sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
+            esize = 1 if scheme != "none" else 2
+            d = decode_config(hz_next_pow2(cfg.top_k), 1, cfg.hidden_size, cfg.intermediate_size, esize,
+                              group_k=w.scheme.block_shape[1] if scheme == "fp8_block" else None)
+            g2 = [dict(d, BLOCK_N=bn, num_warps=nw, TILES=int(n)) for bn in (d["BLOCK_N"], 2 * d["BLOCK_N"])
+                  for nw in (4, 8) for n in a.g_tiles.split(",")]
+            rows, _ = kernel_sweep(cfg, w, sets, bw, False, scheme, True, False, g2)
+            res["G"].append(dict(case=case, kernel=rows))
+            del w
+            rows = variants_ab(name, int(tp), scheme, bw, [int(t) for t in a.g_tokens.split(",")], variants)
+            res["G"] += rows
+            for r in rows:
+                print(f"G {name:14s} {scheme:11s} T={r['T']:<3d} {r['variant']:8s} graph {r['us_graph']:7.2f} "
+                      f"eager {r['us_eager']:7.1f} us  roof {r['roof_us']:6.1f}  {r['pct']:5.1f}%  ok={r['ok']}",
+                      flush=True)
+            torch.cuda.empty_cache()
     if "T" not in skip:
         res["T"] = {}
         for case in a.t_cases.split(","):

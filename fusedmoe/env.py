@@ -20,6 +20,8 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | a16 min(E // 4, 32), a8 E // 16; see backends/triton.py)      |
 | FUSEDMOE_DECODE_PDL         | 0: the decode GEMM2 is not a programmatic dependent launch of |
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
+| FUSEDMOE_DECODE_TILES       | N tiles a decode GEMM2 program takes (kernels/decode.py       |
+|                             | ``TILES``; default: ``decode.gemm2_tiles``'s rule), for A/Bs  |
 | FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
 |                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
 |                             | not programmatic dependent launches of the kernel before      |
@@ -52,7 +54,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT")
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT")
 
 
 def backend() -> str | None:
@@ -101,6 +103,11 @@ def fast_launch() -> bool:
 def decode_pairs() -> int | None:
     """FUSEDMOE_DECODE_PAIRS as an int (None when unset: the backend's own rule)."""
     return _int_var("FUSEDMOE_DECODE_PAIRS", 0, "an integer >= 0 (0: no decode kernels)", "16")
+
+
+def decode_tiles() -> int | None:
+    """FUSEDMOE_DECODE_TILES as an int (None when unset: kernels/decode.py's own rule)."""
+    return _int_var("FUSEDMOE_DECODE_TILES", 1, "an integer >= 1", "4")
 
 
 def decode_pdl() -> bool:

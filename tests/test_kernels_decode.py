@@ -100,6 +100,53 @@ def test_decode_matches_grouped_path_fp32_bias_map_no_weight():
     assert _rel(full, grouped) < 1e-5
 
 
+@pytest.mark.parametrize("tiles,bn,bk", [(2, 8, 32), (3, 8, 8), (4, 8, 64), (16, 4, 16)])
+@pytest.mark.parametrize("case", ["fp32-map-bias", "fp8-block-a16", "int8-channel-a8", "fp8-tensor-a8"])
+def test_decode_gemm2_tiles_bitwise(case, tiles, bn, bk):
+    # TILES N tiles a program (_gemm2_tiles: one stream of weight loads over the tiles' K
+    # steps) does each tile's math in the order of the one-tile kernel: bitwise equal to it,
+    # and to the reference. H_ODD = 72: 9 or 18 tiles, so the last program holds fewer than
+    # TILES (16 x 4: one program past N); I_ODD = 40: 5 steps of BK 8, a masked K tail with BK 16 / 32, one
+    # step with BK 64; T = 1 and 4 tokens, a dropped expert, an empty slot row
+    T, k, E_g = 4, 2, 6
+    emap = torch.tensor([0, -1, 1, 2, -1, 3], dtype=torch.int32, device=DEV)
+    tw, ids = _routing(T, E_g, k, seed=21)
+    ids[0] = torch.tensor([1, 4], dtype=torch.int32)          # token 0: both slots dropped
+    kw = dict(expert_map=emap)
+    if case == "fp32-map-bias":
+        _, w2, _, b2 = _weights(4, H_ODD, I_ODD, torch.float32, bias=True)
+        h = _x(T * k, I_ODD, torch.float32)
+        kw.update(bias=b2, mul_routed_weight=False)
+        ref = gemm2_ref(h, w2, ids, tw, expert_map=emap, bias=b2, mul_routed_weight=False)
+    else:
+        g = torch.Generator().manual_seed(22)
+        wdt = torch.int8 if case.startswith("int8") else torch.float8_e4m3fn
+        w2 = (torch.randint(-128, 128, (4, H_ODD, I_ODD), generator=g).to(torch.int8) if wdt == torch.int8
+              else (torch.randn(4, H_ODD, I_ODD, generator=g) * 0.05).to(wdt)).to(DEV)
+        quant = case.split("-")[1]
+        block = (8, 16) if quant == "block" else None
+        b2 = {"block": _pow2((4, H_ODD // 8, -(-I_ODD // 16)), 23), "channel": _pow2((4, H_ODD), 23),
+              "tensor": _pow2((4,), 23)}[quant]
+        if case.endswith("a16"):
+            h, a2 = _x(T * k, I_ODD, torch.float32), None
+        else:
+            h = _int_operands((T * k, I_ODD), -4, 5, wdt, 24)
+            a2 = _pow2((T * k, 1) if quant == "channel" else (1,), 25)
+        kw.update(quant=quant, a_scale=a2, b_scale=b2, block_shape=block)
+        ref = gemm2_ref(h.float() if h.dtype != torch.int8 else h, w2, ids, tw, expert_map=emap, quant=quant,
+                        a_scale=a2, b_scale=b2, block=block)
+        if bk == 64 and block:                                 # BK must divide the group or be a multiple
+            bk = 32
+    for t in (T, 1):                                           # fp32 out: exact against the reference
+        one, many = (torch.full((t, H_ODD), float("nan"), device=DEV) for _ in range(2))
+        decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], one, config=dict(BLOCK_N=bn, BLOCK_K=bk), **kw)
+        decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], many, config=dict(BLOCK_N=bn, BLOCK_K=bk, TILES=tiles), **kw)
+        assert torch.equal(one, many), (t, (one - many).abs().max())
+        assert (many[0] == 0).all()
+        if t == T:
+            assert _rel(many, ref) < 1e-5 and many[1:].abs().amin(dim=1).gt(0).any()
+
+
 def test_decode_no_tokens_and_one_expert_for_all():
     w13, w2, _, _ = _weights(E, H_ODD, I_ODD, torch.float32)
     tw, ids = _routing(0, E, K_TOP)

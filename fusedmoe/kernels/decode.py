@@ -46,6 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import env
 from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
 from .quantize import HAS_GDC, _abs_bits, _quantize, _scale_from_amax_bits, gdc_launch_dependents, gdc_wait  # noqa: F401
@@ -325,6 +326,74 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
     tl.store(out_ptr + t * stride_om + offs_n * stride_on, total.to(out_ptr.dtype.element_ty), mask=n_ok)
 
 
+@triton.jit
+def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr,
+                 N_OUT, K, num_global, E,
+                 stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
+                 stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                 TOP_K: tl.constexpr, KP: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr,
+                 MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
+                 GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
+                 QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, NT: tl.constexpr, WAIT: tl.constexpr):
+    """GEMM2 for token t, N tiles pid * NT ... pid * NT + NT - 1 (``_gemm2_item``'s math per
+    tile, the same fixed-order sum over the slots). The tiles' K steps are one stream of
+    weight loads: the next step's tile (of this N tile or the next) is in flight while a step
+    is summed, so a short K (deepseek-v3 tp8: I = 256, one step a tile) still overlaps loads
+    with sums, and each program reads its token's h rows and ids once for NT tiles. WAIT as
+    in ``_rows_dot``: the first weight tile is loaded before it."""
+    j = tl.arange(0, KP)
+    j_ok = j < TOP_K
+    s = t * TOP_K + tl.where(j_ok, j, 0)               # [KP] pairs; padding rows repeat slot 0
+    e = _local_experts(ids_ptr, map_ptr, s, j_ok, num_global, E, HAS_MAP)
+    keep = e >= 0
+    e = tl.where(keep, e, 0).to(tl.int64)              # dropped / padding slots read nothing
+    k_lim = tl.where(keep, K, 0)
+    h_rows = h_ptr + s * stride_hm
+    as_rows = a_scale_ptr + s * stride_asm
+    bs_e = b_scale_ptr + e * stride_bse
+    w_e = w_ptr + e[:, None] * stride_we               # [KP, 1]
+    no_rows = tl.zeros((KP, BLOCK_N), dtype=tl.int32)
+    ks = tl.cdiv(K, BLOCK_K)
+    n_first = pid * (NT * BLOCK_N)
+    tiles = tl.minimum(NT, tl.cdiv(N_OUT - n_first, BLOCK_N))     # the last program may hold fewer
+    offs = n_first + tl.arange(0, BLOCK_N)
+    w_nx = _load_w(w_e + (no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]) * stride_wn, stride_wk, 0, k_lim,
+                   BLOCK_K)
+    _wait(WAIT, h_ptr, 0)
+    if QA == 1:
+        sa_tok = _row_scales(h_rows, stride_hk, K, k_lim, QMAX, KP, BLOCK_K)
+    else:
+        sa_tok = tl.full((KP,), 1.0, dtype=tl.float32)
+    if INT_ACC:
+        acc = tl.zeros((KP, BLOCK_N), dtype=tl.int32)
+    else:
+        acc = tl.zeros((KP, BLOCK_N), dtype=tl.float32)
+    for i in range(0, tiles * ks):
+        tile = i // ks
+        k0 = (i - tile * ks) * BLOCK_K
+        w = w_nx
+        tile1 = (i + 1) // ks                         # the next step: this tile's, or the next tile's first
+        offs1 = n_first + tile1 * BLOCK_N + tl.arange(0, BLOCK_N)
+        w_nx = _load_w(w_e + (no_rows + tl.where(offs1 < N_OUT, offs1, 0)[None, :]) * stride_wn, stride_wk,
+                       (i + 1 - tile1 * ks) * BLOCK_K, tl.where(tile1 < tiles, k_lim, 0), BLOCK_K)
+        a = _load_a(h_rows, stride_hk, k0, k_lim, BLOCK_K)
+        offs = n_first + tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        wrows = no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]
+        acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
+                          stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, KP, BLOCK_N,
+                          BLOCK_K)
+        if k0 + BLOCK_K >= K:                          # the tile's last K step: its output
+            r = _epilogue(acc.to(tl.float32), sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn,
+                          stride_bias_n, A_SCALE, B_SCALE, HAS_BIAS, QA)
+            if MUL_W:
+                r = r * tl.load(topk_w_ptr + s).to(tl.float32)[:, None]
+            r = tl.where(keep[:, None], r, 0.0)
+            tl.store(out_ptr + t * stride_om + offs * stride_on, tl.sum(r, axis=0).to(out_ptr.dtype.element_ty),
+                     mask=offs < N_OUT)
+            acc = acc * 0
+
+
 @triton.jit(do_not_specialize=["num_global"])
 def _decode_gemm1_kernel(
     x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ids_ptr, map_ptr,
@@ -363,16 +432,25 @@ def _decode_gemm2_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, NT: tl.constexpr = 1,
 ):
-    """Grid (N tiles, tokens). PDL: launched as a programmatic dependent of the kernel that
-    wrote h; reads ids and the first weight tile, then waits for that kernel."""
-    _gemm2_item(tl.program_id(0), tl.program_id(1).to(tl.int64), h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr,
-                b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
-                stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
-                stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-                TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE, QMAX,
-                POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, h_ptr, 0)
+    """Grid (N tiles / NT, tokens). PDL: launched as a programmatic dependent of the kernel that
+    wrote h; reads ids and the first weight tile, then waits for that kernel. NT > 1: NT
+    N tiles a program, their loads one pipeline (``_gemm2_tiles``; PREFETCH is implied)."""
+    if NT > 1:
+        _gemm2_tiles(tl.program_id(0), tl.program_id(1).to(tl.int64), h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr,
+                     b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
+                     stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
+                     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                     TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE,
+                     QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, NT, 1 if PDL else 0)
+    else:  # (no early return: triton 3.6 rejects one followed by code of another shape)
+        _gemm2_item(tl.program_id(0), tl.program_id(1).to(tl.int64), h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr,
+                    b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
+                    stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
+                    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                    TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE, QMAX,
+                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, h_ptr, 0)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -465,6 +543,13 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     while bn > 2 and programs_per_tile * cdiv(n_out, bn) < 3 * num_sms:
         bn //= 2
     return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows >= 4 and esize == 2 else 4, PREFETCH=True)
+
+
+def gemm2_tiles(tiles: int, num_sms: int) -> int:
+    """N tiles a GEMM2 program takes (``TILES``) when decode_config chose the tile: the
+    FUSEDMOE_DECODE_TILES override, else 1 (one tile a program; see _gemm2_tiles)."""
+    v = env.decode_tiles()
+    return 1 if v is None else v
 
 
 @functools.lru_cache(maxsize=1024)
@@ -634,14 +719,16 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
     T, k = topk_ids.shape
     H, K = w2.shape[1:]
     kp = next_power_of_2(k)
+    explicit = config is not None
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         kp, T, H, K, h, w2, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape, quantize_a,
         scale_pow2, config)
-    return (_decode_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), T), (
+    nt = int(config.get("TILES", 1)) if explicit else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device))
+    return (_decode_gemm2_kernel, (cdiv(cdiv(H, config["BLOCK_N"]), nt), T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
-    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, **consts), config.get("num_warps", 4), None, pdl)
+    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, NT=nt, **consts), config.get("num_warps", 4), None, pdl)
 
 
 def sync_buffer_size(max_tokens: int) -> int:
