@@ -283,6 +283,21 @@ def test_decode_8bit_weights_16bit_activations(case):
     assert _rel(out, gemm2_ref(ref1.float(), w2, ids, tw, quant=quant, b_scale=b2, block=block)) < 1e-5
 
 
+def test_gemm2_tiles_rule(monkeypatch):
+    from fusedmoe.kernels.decode import gemm2_tiles
+    monkeypatch.delenv("FUSEDMOE_DECODE_TILES", raising=False)
+    assert gemm2_tiles(7168 // 4, 132, 1) == 4           # deepseek-v3 tp8 fp8, T=1: 1792 one-step tiles
+    assert gemm2_tiles(7168 // 4 // 2, 132, 1) == 2
+    assert gemm2_tiles(2048 // 4, 132, 1) == 1           # qwen3 fp8: 512 tiles, too few to group
+    assert gemm2_tiles(7168 // 4, 132, 2) == 1           # 16-bit weights: never (measured slower)
+    assert gemm2_tiles(10 ** 6, 132, 1) == 4             # at most 4
+    monkeypatch.setenv("FUSEDMOE_DECODE_TILES", "3")
+    assert gemm2_tiles(16, 132, 2) == 3
+    monkeypatch.setenv("FUSEDMOE_DECODE_TILES", "0")
+    with pytest.raises(Exception, match="FUSEDMOE_DECODE_TILES"):
+        gemm2_tiles(16, 132, 2)
+
+
 def test_decode_config_rules():
     # qwen3 T=1 GEMM1 (gate + up rows): 16 KB steps of 2 KB row segments -> BN 4 x BK 1024
     assert decode_config(2, 8, 768, 2048, 2, 132) == dict(BLOCK_N=4, BLOCK_K=1024, num_warps=4, PREFETCH=True)
@@ -325,6 +340,39 @@ def test_gpu_decode_real_sizes(shape, T):
         o = torch.empty_like(out)
         launch(*fused_launch(x, w13, w2, ids, tw, "silu", h, o, sync))
         assert torch.equal(o, out) and not sync.any()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("T", [1, 2, 5])
+def test_gpu_gemm2_tiles_real_size(T, monkeypatch):
+    # deepseek-v3 tp8 fp8 128x128 blocks with 16-bit h (the a16 decode): decode_config's own
+    # tile takes TILES > 1 (gemm2_tiles), a PDL launch among them; bitwise equal to one tile a
+    # program, against the reference
+    from fusedmoe.kernels.decode import gemm2_launch
+    monkeypatch.delenv("FUSEDMOE_DECODE_TILES", raising=False)
+    E_, H_, I_, k = 256, 7168, 256, 8
+    w2 = (_randn(E_, H_, I_, seed=41) * 0.05).to(torch.float8_e4m3fn)
+    b2 = (torch.rand(E_, H_ // 128, I_ // 128, generator=torch.Generator().manual_seed(42)) + 0.5).to(DEV)
+    h = _x(T * k, I_, torch.bfloat16)
+    tw, ids = _routing(T, E_, k, seed=T + 40)
+    q = dict(quant="block", b_scale=b2, block_shape=(128, 128))
+    out = torch.empty(T, H_, dtype=torch.bfloat16, device=DEV)
+    spec = gemm2_launch(h, w2, ids, tw, out, **q)
+    assert spec[3]["NT"] > 1 and spec[1][0] * spec[3]["NT"] * spec[3]["BLOCK_N"] >= H_
+    got = decode_gemm2(h, w2, ids, tw, **q)
+    cfg = dict(_cached_config_of(spec), TILES=1)
+    one = decode_gemm2(h, w2, ids, tw, config=cfg, **q)
+    assert torch.equal(got, one)
+    if torch.cuda.get_device_capability()[0] >= 9:
+        assert torch.equal(decode_gemm2(h, w2, ids, tw, pdl=True, **q), one)
+    ref = gemm2_ref(h.float(), w2, ids, tw, quant="block", b_scale=b2, block=(128, 128))
+    assert _rel(got, ref) < TOL_BF16
+
+
+def _cached_config_of(spec) -> dict:
+    c = spec[3]
+    return dict(BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], num_warps=spec[4], PREFETCH=c["PREFETCH"])
 
 
 # ---------------------------------------------------------------------------------- in-kernel A quantization

@@ -31,8 +31,8 @@ A_SCALE 0 none | 1 tensor [1] | 2 per row [M, 1] | 3 block [M, K/bk]; B_SCALE 0 
 applied per scale group inside each K tile (BLOCK_K a divisor or a multiple of bk), the
 others once at the end. int8 x int8 sums
 in int32 (exact), 8-bit weights with a 16-bit activation are upcast (weight-only).
-Config: dict(BLOCK_N, BLOCK_K, num_warps, PREFETCH); ``decode_config`` picks one from the
-shape. Measured on the H100 (benchmarks/decode_ab.py): docs/BENCHMARKS.md. Programmatic
+Config: dict(BLOCK_N, BLOCK_K, num_warps, PREFETCH[, TILES: GEMM2's N tiles a program]);
+``decode_config`` picks one from the shape (and ``gemm2_tiles`` GEMM2's TILES). Measured on the H100 (benchmarks/decode_ab.py): docs/BENCHMARKS.md. Programmatic
 dependent launch of GEMM2 (griddepcontrol) was tried and measured with the first GEMM2
 (one slot at a time): no gain (qwen3 T=1 35.9 vs 36.1 us, deepseek tp8 41.2 vs 40.5), so
 it is not used.
@@ -545,11 +545,26 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows >= 4 and esize == 2 else 4, PREFETCH=True)
 
 
-def gemm2_tiles(tiles: int, num_sms: int) -> int:
-    """N tiles a GEMM2 program takes (``TILES``) when decode_config chose the tile: the
-    FUSEDMOE_DECODE_TILES override, else 1 (one tile a program; see _gemm2_tiles)."""
+def gemm2_tiles(tiles: int, num_sms: int, esize: int) -> int:
+    """N tiles a GEMM2 program takes (``TILES``, see _gemm2_tiles) when decode_config chose
+    the tile; ``tiles``: T x N tiles in all. FUSEDMOE_DECODE_TILES overrides. From the H100
+    (benchmarks/decode_ab.py section G, T=1, docs/BENCHMARKS.md twelfth session):
+      * 8-bit weights hold ~130 registers a program (3-4 programs an SM): with one short K
+        a tile (deepseek-v3 tp8, I = 256: 1792 tiles of one 8 KB step) nothing overlaps a
+        program's load. 4 tiles a program: GEMM2 13.0 -> 9.8 us, the layer (fp8_block, a16)
+        25.5 -> 22.5 us; 2: 10.5 / 22.9; 8: 12.0 / 28.5;
+      * where the tiles are few (qwen3 fp8, 512 tiles of 3 steps) fewer programs are slower
+        (7.4 -> 10.5 us with 2): only while at least 3 programs an SM remain;
+      * 16-bit weights (64-80 registers, more programs resident): 1 is the fastest (deepseek
+        bf16 layer 33.1 vs 33.8-35.1 us).
+    """
     v = env.decode_tiles()
-    return 1 if v is None else v
+    if v is not None:
+        return v
+    nt = 1
+    while esize == 1 and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
+        nt *= 2
+    return nt
 
 
 @functools.lru_cache(maxsize=1024)
@@ -723,7 +738,8 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         kp, T, H, K, h, w2, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape, quantize_a,
         scale_pow2, config)
-    nt = int(config.get("TILES", 1)) if explicit else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device))
+    nt = (int(config.get("TILES", 1)) if explicit
+          else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device), w2.element_size()))
     return (_decode_gemm2_kernel, (cdiv(cdiv(H, config["BLOCK_N"]), nt), T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
