@@ -363,11 +363,6 @@ def main() -> int:
             (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, **q)),
             (f"{lab} gemm2 tiles4", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=dict(
                 dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None), TILES=4), **q)),
-            (f"{lab} gemm2 tiles4 pf2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=dict(
-                dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None), TILES=4, PREFETCH=2), **q)),
-            (f"{lab} gemm1 pf2", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h, b_scale=s13,
-                                                 pdl=True, config=dict(dk.decode_config(
-                                                     2, T * k, I, H, 1, 132, blk[1] if blk else None), PREFETCH=2), **q)),
         ]
 
     def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf, rcp=False):

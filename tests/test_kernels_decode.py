@@ -100,15 +100,14 @@ def test_decode_matches_grouped_path_fp32_bias_map_no_weight():
     assert _rel(full, grouped) < 1e-5
 
 
-@pytest.mark.parametrize("tiles,bn,bk,depth", [(2, 8, 32, 1), (3, 8, 8, 2), (4, 8, 64, 1), (16, 4, 16, 2)])
+@pytest.mark.parametrize("tiles,bn,bk", [(2, 8, 32), (3, 8, 8), (4, 8, 64), (16, 4, 16)])
 @pytest.mark.parametrize("case", ["fp32-map-bias", "fp8-block-a16", "int8-channel-a8", "fp8-tensor-a8"])
-def test_decode_gemm2_tiles_bitwise(case, tiles, bn, bk, depth):
+def test_decode_gemm2_tiles_bitwise(case, tiles, bn, bk):
     # TILES N tiles a program (_gemm2_tiles: one stream of weight loads over the tiles' K
     # steps) does each tile's math in the order of the one-tile kernel: bitwise equal to it,
     # and to the reference. H_ODD = 72: 9 or 18 tiles, so the last program holds fewer than
     # TILES (16 x 4: one program past N); I_ODD = 40: 5 steps of BK 8, a masked K tail with BK 16 / 32, one
-    # step with BK 64; loads 1 or 2 steps ahead (PREFETCH); T = 1 and 4 tokens, a dropped expert,
-    # an empty slot row
+    # step with BK 64; T = 1 and 4 tokens, a dropped expert, an empty slot row
     T, k, E_g = 4, 2, 6
     emap = torch.tensor([0, -1, 1, 2, -1, 3], dtype=torch.int32, device=DEV)
     tw, ids = _routing(T, E_g, k, seed=21)
@@ -141,8 +140,7 @@ def test_decode_gemm2_tiles_bitwise(case, tiles, bn, bk, depth):
     for t in (T, 1):                                           # fp32 out: exact against the reference
         one, many = (torch.full((t, H_ODD), float("nan"), device=DEV) for _ in range(2))
         decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], one, config=dict(BLOCK_N=bn, BLOCK_K=bk), **kw)
-        decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], many, config=dict(BLOCK_N=bn, BLOCK_K=bk, TILES=tiles,
-                                                                       PREFETCH=depth), **kw)
+        decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], many, config=dict(BLOCK_N=bn, BLOCK_K=bk, TILES=tiles), **kw)
         assert torch.equal(one, many), (t, (one - many).abs().max())
         assert (many[0] == 0).all()
         if t == T:
@@ -225,7 +223,7 @@ def test_decode_fused_map_bias_no_weight_and_empty():
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")
-@pytest.mark.parametrize("bk,prefetch", [(32, True), (16, False), (64, True), (16, 2)])
+@pytest.mark.parametrize("bk,prefetch", [(32, True), (16, False), (64, True)])
 @pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
 def test_decode_quantized(case, bk, prefetch):
     # small-integer operands and power-of-two scales (see test_kernels_gemm): exact in fp32.
@@ -256,10 +254,9 @@ def test_decode_quantized(case, bk, prefetch):
     assert _rel(out, ref2) < 1e-5
 
 
-@pytest.mark.parametrize("prefetch", [1, 2])
 @pytest.mark.parametrize("case", [c for c in QUANT_CASES if c[1] != "w8a16"],
                          ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
-def test_decode_8bit_weights_16bit_activations(case, prefetch):
+def test_decode_8bit_weights_16bit_activations(case):
     # W8A8 weights with 16-bit activations (the triton backend's decode default,
     # FUSEDMOE_W8A8_DECODE=a16): random operands, fp8 weights with many subnormals
     # (|w| < 2^-6) and sign bits, fp32 x: exact products in fp32, so the kernels match the
@@ -278,7 +275,7 @@ def test_decode_8bit_weights_16bit_activations(case, prefetch):
     x = _randn(T, H, seed=32)
     b1, b2 = _pow2(b_shape(2 * I, H), 11), _pow2(b_shape(H, I), 14)
     tw, ids = _routing(T, E, k)
-    cfg = dict(BLOCK_N=8, BLOCK_K=16 if prefetch == 2 else 32, PREFETCH=prefetch)   # (2: 4 K steps of GEMM1)
+    cfg = dict(BLOCK_N=8, BLOCK_K=32, PREFETCH=True)
     h = decode_gemm1(x, w13, ids, "silu", quant=quant, b_scale=b1, block_shape=block, config=cfg)
     ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, b_scale=b1, block=block)
     assert _rel(h, ref1) < 1e-5

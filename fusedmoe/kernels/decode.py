@@ -194,9 +194,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
     first pass over the rows; they multiply the result in the epilogue), else 1.
 
     PREFETCH issues the next K tile's loads before reducing the current one: two tiles in
-    flight per program (plain loads are not software-pipelined the way tl.dot operands are);
-    PREFETCH 2: the next two, three in flight (8-bit weights: ~130 registers a program leave
-    few programs an SM, each with little in flight; raw 8-bit tiles cost few registers).
+    flight per program (plain loads are not software-pipelined the way tl.dot operands are).
     WAIT: the activations are written by other programs, the weights are not; the first
     weight tile is loaded, then the program waits, then reads the activations. WAIT 1
     (programmatic dependent launch): for the previous grid (griddepcontrol.wait); WAIT 2
@@ -212,19 +210,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
         acc = tl.zeros((R, BLOCK_N), dtype=tl.int32)
     else:
         acc = tl.zeros((R, BLOCK_N), dtype=tl.float32)
-    if PREFETCH == 2:
-        w_nx = _load_w(w_rows, stride_wk, 0, k_lim, BLOCK_K)
-        w_nx2 = _load_w(w_rows, stride_wk, BLOCK_K, k_lim, BLOCK_K)
-        _wait(WAIT, wait_ptr, wait_target)
-        a_nx = _load_a(a_rows, stride_ak, 0, k_lim, BLOCK_K)
-        a_nx2 = _load_a(a_rows, stride_ak, BLOCK_K, k_lim, BLOCK_K)
-        for k0 in range(0, K, BLOCK_K):
-            a, w = a_nx, w_nx
-            a_nx, w_nx = a_nx2, w_nx2
-            a_nx2, w_nx2 = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + 2 * BLOCK_K, k_lim, BLOCK_K)
-            acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
-                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K)
-    elif PREFETCH:
+    if PREFETCH:
         if WAIT:
             w_nx = _load_w(w_rows, stride_wk, 0, k_lim, BLOCK_K)
             _wait(WAIT, wait_ptr, wait_target)
@@ -341,17 +327,6 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
 
 
 @triton.jit
-def _step_w(w_e, no_rows, stride_wn, stride_wk, n_first, i, ks, tiles, k_lim, N_OUT, BLOCK_N: tl.constexpr,
-            BLOCK_K: tl.constexpr):
-    """The weight tile of ``_gemm2_tiles``'s step i (N tile i // ks, K step i % ks); steps
-    past the program's last tile read nothing."""
-    tile = i // ks
-    offs = n_first + tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    return _load_w(w_e + (no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]) * stride_wn, stride_wk,
-                   (i - tile * ks) * BLOCK_K, tl.where(tile < tiles, k_lim, 0), BLOCK_K)
-
-
-@triton.jit
 def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr,
                  N_OUT, K, num_global, E,
                  stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
@@ -360,13 +335,13 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
                  MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                  GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                  QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, NT: tl.constexpr, WAIT: tl.constexpr, PREFETCH: tl.constexpr = 1):
+                 BLOCK_K: tl.constexpr, NT: tl.constexpr, WAIT: tl.constexpr):
     """GEMM2 for token t, N tiles pid * NT ... pid * NT + NT - 1 (``_gemm2_item``'s math per
     tile, the same fixed-order sum over the slots). The tiles' K steps are one stream of
     weight loads: the next step's tile (of this N tile or the next) is in flight while a step
     is summed, so a short K (deepseek-v3 tp8: I = 256, one step a tile) still overlaps loads
     with sums, and each program reads its token's h rows and ids once for NT tiles. WAIT as
-    in ``_rows_dot``: the first weight tile is loaded before it. PREFETCH 2: two steps ahead."""
+    in ``_rows_dot``: the first weight tile is loaded before it."""
     j = tl.arange(0, KP)
     j_ok = j < TOP_K
     s = t * TOP_K + tl.where(j_ok, j, 0)               # [KP] pairs; padding rows repeat slot 0
@@ -385,8 +360,6 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
     offs = n_first + tl.arange(0, BLOCK_N)
     w_nx = _load_w(w_e + (no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]) * stride_wn, stride_wk, 0, k_lim,
                    BLOCK_K)
-    if PREFETCH == 2:
-        w_nx2 = _step_w(w_e, no_rows, stride_wn, stride_wk, n_first, 1, ks, tiles, k_lim, N_OUT, BLOCK_N, BLOCK_K)
     _wait(WAIT, h_ptr, 0)
     if QA == 1:
         sa_tok = _row_scales(h_rows, stride_hk, K, k_lim, QMAX, KP, BLOCK_K)
@@ -400,13 +373,10 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
         tile = i // ks
         k0 = (i - tile * ks) * BLOCK_K
         w = w_nx
-        if PREFETCH == 2:
-            w_nx = w_nx2
-            w_nx2 = _step_w(w_e, no_rows, stride_wn, stride_wk, n_first, i + 2, ks, tiles, k_lim, N_OUT, BLOCK_N,
-                            BLOCK_K)
-        else:   # the next step: this tile's, or the next tile's first
-            w_nx = _step_w(w_e, no_rows, stride_wn, stride_wk, n_first, i + 1, ks, tiles, k_lim, N_OUT, BLOCK_N,
-                           BLOCK_K)
+        tile1 = (i + 1) // ks                         # the next step: this tile's, or the next tile's first
+        offs1 = n_first + tile1 * BLOCK_N + tl.arange(0, BLOCK_N)
+        w_nx = _load_w(w_e + (no_rows + tl.where(offs1 < N_OUT, offs1, 0)[None, :]) * stride_wn, stride_wk,
+                       (i + 1 - tile1 * ks) * BLOCK_K, tl.where(tile1 < tiles, k_lim, 0), BLOCK_K)
         a = _load_a(h_rows, stride_hk, k0, k_lim, BLOCK_K)
         offs = n_first + tile * BLOCK_N + tl.arange(0, BLOCK_N)
         wrows = no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]
@@ -473,7 +443,7 @@ def _decode_gemm2_kernel(
                      stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                      stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                      TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE,
-                     QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, NT, 1 if PDL else 0, PREFETCH)
+                     QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, NT, 1 if PDL else 0)
     else:  # (no early return: triton 3.6 rejects one followed by code of another shape)
         _gemm2_item(tl.program_id(0), tl.program_id(1).to(tl.int64), h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr,
                     b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
@@ -659,7 +629,7 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
         sb = w
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
-                  BLOCK_K=config["BLOCK_K"], PREFETCH=int(config.get("PREFETCH", 1)), **qflags)
+                  BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
     return config, (sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk), consts
 
 
