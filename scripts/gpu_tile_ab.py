@@ -80,6 +80,27 @@ def bench(model, tp, T, cfg_dir=None, quant="none"):
 import torch  # noqa: E402
 
 DEVICE = torch.cuda.get_device_name().replace(" ", "_")   # the shipped file of this GPU
+ROUNDS["s12bm256"] = [   # session 12 (H100): GEMM1 with 256-row tiles and 64 gate + 64 up columns (the same
+    # accumulator registers as 128 x (128 + 128), 255 regs, no spills under triton 3.6): each expert's weight
+    # tiles are read by half as many M blocks, the gathered A rows twice as wide a step. T=16384 only (the
+    # alignment pads each expert to 256 rows)
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g1 256x64 s3", "gemm1", dict(BLOCK_SIZE_M=256, BLOCK_SIZE_N=64, num_stages=3)),
+        ("g1 256x64 s4", "gemm1", dict(BLOCK_SIZE_M=256, BLOCK_SIZE_N=64, num_stages=4)),
+    ], "fp8_channel"),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g1 256x64 s4", "gemm1", dict(BLOCK_SIZE_M=256, BLOCK_SIZE_N=64, num_stages=4)),
+    ]),
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [
+        ("g1 256x64 s3", "gemm1", dict(BLOCK_SIZE_M=256, BLOCK_SIZE_N=64, num_stages=3)),
+        ("g1 256x64 s4", "gemm1", dict(BLOCK_SIZE_M=256, BLOCK_SIZE_N=64, num_stages=4)),
+    ]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g1 256x64 s4", "gemm1", dict(BLOCK_SIZE_M=256, BLOCK_SIZE_N=64, num_stages=4)),
+    ]),
+]
+
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
