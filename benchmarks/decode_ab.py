@@ -191,8 +191,8 @@ def layer_ab(name, tp, scheme, bw, tokens):
     return rows
 
 
-# (session 4 also compared "fused", kernels/decode.py fused_launch through the backend:
-# slower, see docs/BENCHMARKS.md; the backend no longer takes it)
+# (session 4 also compared "fused", both GEMMs in one launch: slower, see docs/BENCHMARKS.md;
+# removed in session 12, commit e6c0681 has it)
 VARIANTS = {"two": dict(FUSEDMOE_DECODE_PDL="0"), "pdl": dict(FUSEDMOE_DECODE_PDL="1")}
 
 

@@ -317,13 +317,10 @@ def main() -> int:
         for T in (1, 3):
             x, ids = torch.empty(T, H, dtype=bf), torch.zeros(T, k, dtype=torch.int32)
             tw, h, out = torch.empty(T, k), torch.empty(T * k, I, dtype=bf), torch.empty(T, H, dtype=bf)
-            sync = torch.zeros(dk.sync_buffer_size(T), dtype=torch.int32)
             emap = torch.zeros(E, dtype=torch.int32)
             cases += [
-                (f"{name} T={T} fused", dk.fused_launch(x, w13, w2, ids, tw, "silu", h, out, sync)),
-                (f"{name} T={T} fused map+bias", dk.fused_launch(x, w13, w2, ids, tw, "swigluoai", h, out, sync,
-                                                               expert_map=emap,
-                                                               w13_bias=torch.empty(E, 2 * I, dtype=bf))),
+                (f"{name} T={T} gemm1 map+bias", dk.gemm1_launch(x, w13, ids, "swigluoai", h, expert_map=emap,
+                                                               bias=torch.empty(E, 2 * I, dtype=bf))),
                 (f"{name} T={T} gemm1 pdl", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True)),
                 (f"{name} T={T} gemm2 pdl", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True)),
                 (f"{name} T={T} gemm2 pdl tiles8", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True, config=dict(

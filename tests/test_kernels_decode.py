@@ -16,9 +16,7 @@ _CUDA = torch.cuda.is_available()
 if not _CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from fusedmoe.kernels.decode import (decode_config, decode_forward, decode_gemm1, decode_gemm2,  # noqa: E402
-                                     fused_launch, sync_buffer_size)
-from fusedmoe.kernels.launcher import launch  # noqa: E402
+from fusedmoe.kernels.decode import decode_config, decode_forward, decode_gemm1, decode_gemm2  # noqa: E402
 from fusedmoe.kernels.grouped_gemm import moe_forward_triton  # noqa: E402
 from fusedmoe.reference.kernels import gemm1_act_ref, gemm2_ref, moe_naive_loop, moe_ref  # noqa: E402
 from test_kernels_gemm import (DEV, E, H, I, K_TOP, QUANT_CASES, TOL, _int_operands, _pow2, _randn,  # noqa: E402
@@ -167,61 +165,6 @@ def test_decode_deterministic():
     assert torch.equal(a, b)
 
 
-# ---------------------------------------------------------------------------------- one launch (fused)
-CFG2 = dict(BLOCK_N=4, BLOCK_K=16)      # other tiles than GEMM1's: the two halves are independent
-
-
-@pytest.mark.parametrize("act,kw", [("silu", {}), ("swigluoai", {"limit": 0.4}), ("gelu_no_mul", {}),
-                                    ("silu", {"swiglu_limit": 0.3})])
-@pytest.mark.parametrize("T", [1, 2, 7])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_decode_fused_equals_two_launches(act, kw, T, dtype):
-    # one launch (GEMM1 items, then GEMM2 items waiting on per-token counters) = the two
-    # decode kernels, bitwise; the counters are zero again after each launch, so the same
-    # buffer serves the next call; a bias on GEMM1 only (the flags are per GEMM)
-    gated = not act.endswith("_no_mul")
-    w13, w2, b13, _ = _weights(E, H_ODD, I_ODD, dtype, gated=gated, bias=True)
-    x = _x(T, H_ODD, dtype)
-    tw, ids = _routing(T, E, K_TOP, seed=T + 3)
-    lim = {"swiglu_limit": kw["swiglu_limit"]} if "swiglu_limit" in kw else {}
-    oai = {"limit": kw["limit"]} if "limit" in kw else {}
-    h2 = decode_gemm1(x, w13, ids, act, bias=b13, config=CFG, **kw)
-    want = decode_gemm2(h2, w2, ids, tw, config=dict(CFG2, num_warps=4, PREFETCH=True))
-    sync = torch.zeros(sync_buffer_size(T) + 3, dtype=torch.int32, device=DEV)
-    for _ in range(2):
-        h = torch.full_like(h2, float("nan"))
-        out = torch.full((T, H_ODD), float("nan"), dtype=dtype, device=DEV)
-        launch(*fused_launch(x, w13, w2, ids, tw, act, h, out, sync, w13_bias=b13, config1=CFG, config2=CFG2,
-                             **lim, **oai))
-        assert torch.equal(h, h2) and torch.equal(out, want)
-        assert not sync.any(), "the counters must be back at zero"
-    ref = moe_ref(x, w13, w2, tw, ids, act, w13_bias=b13, round_h_to=dtype, **kw)
-    assert _rel(out, ref) < TOL.get(dtype, TOL_BF16)
-
-
-def test_decode_fused_map_bias_no_weight_and_empty():
-    # expert_map drops a token's every slot (its row is 0), GEMM2 bias only, router weight on
-    # the input; T = 0 launches nothing
-    E_g, k, T = 6, 2, 4
-    emap = torch.tensor([0, -1, 1, -1, -1, 2], dtype=torch.int32, device=DEV)
-    w13, w2, _, b2 = _weights(3, H_ODD, I_ODD, torch.float32, bias=True)
-    x = _x(T, H_ODD, torch.float32)
-    tw, ids = _routing(T, E_g, k, seed=9)
-    ids[0] = torch.tensor([1, 3], dtype=torch.int32)
-    out = decode_forward(x, w13, w2, tw, ids, "silu", expert_map=emap, w2_bias=b2, fused=True)
-    two = decode_forward(x, w13, w2, tw, ids, "silu", expert_map=emap, w2_bias=b2)
-    assert torch.equal(out, two) and (out[0] == 0).all()
-    sync = torch.zeros(sync_buffer_size(T), dtype=torch.int32, device=DEV)
-    h = torch.empty(T * k, I_ODD, device=DEV)
-    o = torch.empty(T, H_ODD, device=DEV)
-    launch(*fused_launch(x, w13, w2, ids, tw, "silu", h, o, sync, expert_map=emap, w2_bias=b2,
-                         mul_routed_weight=False))
-    href = gemm1_act_ref(x, w13, ids, "silu", expert_map=emap)
-    assert _rel(o, gemm2_ref(href, w2, ids, tw, expert_map=emap, bias=b2, mul_routed_weight=False)) < 1e-5
-    assert not sync.any()
-    assert decode_forward(x[:0], w13, w2, tw[:0], ids[:0], fused=True).shape == (0, H_ODD)
-
-
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")
 @pytest.mark.parametrize("bk,prefetch", [(32, True), (16, False), (64, True)])
 @pytest.mark.parametrize("case", QUANT_CASES, ids=lambda c: f"{c[0]}-{str(c[1]).replace('torch.', '')}")
@@ -334,12 +277,6 @@ def test_gpu_decode_real_sizes(shape, T):
     if torch.cuda.get_device_capability()[0] >= 9:       # GEMM2 a programmatic dependent launch
         for _ in range(3):                               # (it reads h after griddepcontrol.wait)
             assert torch.equal(decode_forward(x, w13, w2, tw, ids, pdl=True), out)
-    sync = torch.zeros(sync_buffer_size(T), dtype=torch.int32, device="cuda")
-    for _ in range(5):                                   # one launch, the counter buffer reused
-        h = torch.empty(T * k, I_, dtype=torch.bfloat16, device="cuda")
-        o = torch.empty_like(out)
-        launch(*fused_launch(x, w13, w2, ids, tw, "silu", h, o, sync))
-        assert torch.equal(o, out) and not sync.any()
 
 
 @pytest.mark.gpu

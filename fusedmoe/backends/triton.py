@@ -220,9 +220,9 @@ class TritonExperts(Experts):
         self._mode16 = DecodeMode(a16=True, tc=False, pdl=pdl_ok, chain=False)
         self._mode8 = DecodeMode(a16=False, tc=mode in ("tc", "auto"), pdl=chain, chain=chain)
         self.decode_pairs = decode_pairs(config, mode)  # env read once
-        # (both decode GEMMs in one launch, kernels/decode.py fused_launch, measured slower
-        # than the two with PDL on the H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8
-        # 46.3 vs 33.1; docs/BENCHMARKS.md. Not used here.)
+        # (both decode GEMMs in one launch was measured slower than the two with PDL on the
+        # H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8 46.3 vs 33.1; docs/BENCHMARKS.md.
+        # Removed in session 12: wrong on tiny grids on the GPU; commit e6c0681 has it.)
         self._specs: dict = {}
         # the grouped path as one PDL chain (session 8): each kernel's programs may start as
         # the one before drains and wait for it before any load (FUSEDMOE_PREFILL_PDL), up to

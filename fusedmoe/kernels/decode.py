@@ -159,27 +159,11 @@ def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_b
     return acc
 
 
-SPIN_LIMIT = tl.constexpr(1 << 20)   # polls before a fused-kernel program gives up waiting (_wait)
-
-
 @triton.jit
-def _wait(WAIT: tl.constexpr, wait_ptr, wait_target):
-    """WAIT 1: griddepcontrol.wait; 2: poll the int32 counter at ``wait_ptr`` (acquire, GPU
-    scope) until it reaches ``wait_target``, at most SPIN_LIMIT times: a counter that never
-    gets there (a kernel misused from two streams at once) then gives a wrong result
-    instead of a hang."""
+def _wait(WAIT: tl.constexpr):
+    """WAIT 1: griddepcontrol.wait (this grid is a programmatic dependent launch); 0: nothing."""
     if WAIT == 1:
         gdc_wait()
-    elif WAIT == 2:
-        # poll with plain volatile loads (many programs read one line: L2 serves them without
-        # the serialization of read-modify-write atomics), then one acquire atomic orders
-        # the h loads after the GEMM1 stores it observed
-        c = tl.load(wait_ptr, volatile=True)
-        n = c * 0
-        while (c < wait_target) & (n < SPIN_LIMIT):
-            c = tl.load(wait_ptr, volatile=True)
-            n += 1
-        tl.atomic_add(wait_ptr, 0, sem="acquire", scope="gpu")
 
 
 @triton.jit
@@ -187,7 +171,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
               QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
               BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, wait_ptr=None, wait_target=0):
+              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0):
     """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
     each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
     or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
@@ -197,11 +181,10 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
     flight per program (plain loads are not software-pipelined the way tl.dot operands are).
     WAIT: the activations are written by other programs, the weights are not; the first
     weight tile is loaded, then the program waits, then reads the activations. WAIT 1
-    (programmatic dependent launch): for the previous grid (griddepcontrol.wait); WAIT 2
-    (the fused decode kernel): until the counter at ``wait_ptr`` reaches ``wait_target``.
+    (programmatic dependent launch): for the previous grid (griddepcontrol.wait).
     """
     if not PREFETCH:
-        _wait(WAIT, wait_ptr, wait_target)
+        _wait(WAIT)
     if QA == 1:
         sa_tok = _row_scales(a_rows, stride_ak, K, k_lim, QMAX, R, BLOCK_K)
     else:
@@ -213,7 +196,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
     if PREFETCH:
         if WAIT:
             w_nx = _load_w(w_rows, stride_wk, 0, k_lim, BLOCK_K)
-            _wait(WAIT, wait_ptr, wait_target)
+            _wait(WAIT)
             a_nx = _load_a(a_rows, stride_ak, 0, k_lim, BLOCK_K)
         else:
             a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, 0, k_lim, BLOCK_K)
@@ -297,7 +280,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                 MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                 GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                 QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, wait_ptr, wait_target):
+                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr):
     """GEMM2 for token t (int64), N tile pid_n: all k slots at once as R = KP (k rounded up
     to a power of two) weight row groups, then a fixed-order sum over the slots. WAIT: the
     first weight tile is read before h is waited for (``_rows_dot``)."""
@@ -316,7 +299,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                             stride_wk, K, tl.where(keep, K, 0), as_rows, stride_ask,
                             bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
                             A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, wait_ptr, wait_target)
+                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
     acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
                     A_SCALE, B_SCALE, HAS_BIAS, QA)
     if MUL_W:
@@ -360,7 +343,7 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
     offs = n_first + tl.arange(0, BLOCK_N)
     w_nx = _load_w(w_e + (no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]) * stride_wn, stride_wk, 0, k_lim,
                    BLOCK_K)
-    _wait(WAIT, h_ptr, 0)
+    _wait(WAIT)
     if QA == 1:
         sa_tok = _row_scales(h_rows, stride_hk, K, k_lim, QMAX, KP, BLOCK_K)
     else:
@@ -450,59 +433,7 @@ def _decode_gemm2_kernel(
                     stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                     TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE, QMAX,
-                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, h_ptr, 0)
-
-
-@triton.jit(do_not_specialize=["num_global"])
-def _decode_fused_kernel(
-    x_ptr, w13_ptr, h_ptr, b13_ptr, w2_ptr, out_ptr, b2_ptr, topk_w_ptr, ids_ptr, map_ptr, sync_ptr,
-    I, H, num_global, E, T, TILES1, TILES2,
-    stride_xm, stride_xk, stride_w1e, stride_w1n, stride_w1k, stride_hm, stride_hn, stride_b1e, stride_b1n,
-    stride_w2e, stride_w2n, stride_w2k, stride_om, stride_on, stride_b2e, stride_b2n,
-    limit, alpha,
-    TOP_K: tl.constexpr, KP: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
-    HAS_BIAS1: tl.constexpr, HAS_BIAS2: tl.constexpr, HAS_MAP: tl.constexpr, MUL_W: tl.constexpr,
-    BLOCK_N1: tl.constexpr, BLOCK_K1: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_K2: tl.constexpr,
-    PREFETCH: tl.constexpr, TICKET: tl.constexpr = True,
-):
-    """Both decode GEMMs in one launch (16-bit weights): TILES1 * T * k GEMM1 items, then
-    TILES2 * T GEMM2 items, one per program. Items are handed out by a ticket counter
-    (sync[0]), not by program id, so every GEMM1 item is taken by a running program
-    before any GEMM2 item is: a GEMM2 program may then wait for GEMM1 results without
-    ever holding back the programs that produce them, whatever order the hardware starts
-    programs in. GEMM1 items count their token's finished tiles (sync[1 + t], release
-    after a CTA barrier); a GEMM2 item loads its first weight tile, then waits for
-    k * TILES1 (acquire). The last GEMM2 item of a token, and the last ticket, put the
-    counters back to 0 for the next launch (sync must be zero before the first)."""
-    n1 = TILES1 * T * TOP_K
-    total = n1 + TILES2 * T
-    if TICKET:
-        ticket = tl.atomic_add(sync_ptr, 1)
-        if ticket == total - 1:
-            tl.store(sync_ptr, 0)                      # every ticket is taken: reset for the next launch
-    else:   # (measurement only) program id order: relies on the hardware starting programs in order
-        ticket = tl.program_id(0)
-    if ticket < n1:
-        s = (ticket // TILES1).to(tl.int64)
-        _gemm1_item(ticket % TILES1, s, x_ptr, w13_ptr, h_ptr, b13_ptr, x_ptr, x_ptr, ids_ptr, map_ptr,
-                    I, H, num_global, E, stride_xm, stride_xk, stride_w1e, stride_w1n, stride_w1k,
-                    stride_hm, stride_hn, stride_b1e, stride_b1n, 0, 0, 0, 0, 0, limit, alpha,
-                    TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS1, HAS_MAP, 0, 0, 1, 1, False, 0, "fp8", 448.0, False,
-                    False, BLOCK_N1, BLOCK_K1, PREFETCH)
-        tl.debug_barrier()                             # every thread's h stores before the release
-        tl.atomic_add(sync_ptr + 1 + s // TOP_K, 1, sem="release", scope="gpu")
-    else:
-        u = ticket - n1
-        t = (u // TILES2).to(tl.int64)
-        _gemm2_item(u % TILES2, t, h_ptr, w2_ptr, out_ptr, b2_ptr, h_ptr, h_ptr, topk_w_ptr, ids_ptr, map_ptr,
-                    H, I, num_global, E, stride_hm, stride_hn, stride_w2e, stride_w2n, stride_w2k,
-                    stride_om, stride_on, stride_b2e, stride_b2n, 0, 0, 0, 0, 0,
-                    TOP_K, KP, HAS_BIAS2, HAS_MAP, MUL_W, 0, 0, 1, 1, False, 0, "fp8", 448.0, False, False,
-                    BLOCK_N2, BLOCK_K2, PREFETCH, 2, sync_ptr + 1 + t, TOP_K * TILES1)
-        done = tl.atomic_add(sync_ptr + 1 + T + t, 1, sem="acq_rel", scope="gpu")
-        if done == TILES2 - 1:                         # the token's last GEMM2 item: its counters back to 0
-            tl.store(sync_ptr + 1 + t, 0)
-            tl.store(sync_ptr + 1 + T + t, 0)
+                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -747,80 +678,17 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
     ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, NT=nt, **consts), config.get("num_warps", 4), None, pdl)
 
 
-def sync_buffer_size(max_tokens: int) -> int:
-    """int32 elements of the fused kernel's counter buffer for up to ``max_tokens`` tokens."""
-    return 1 + 2 * max_tokens
-
-
-def fused_launch(x, w13, w2, topk_ids, topk_weights, activation, h, out, sync, *, expert_map=None, w13_bias=None,
-                 w2_bias=None, swiglu_limit=None, alpha=1.702, limit=7.0, mul_routed_weight=True,
-                 config1=None, config2=None, num_warps=None, ticket=True) -> tuple:
-    """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of the fused decode
-    kernel (both GEMMs, one launch, 16-bit weights; T > 0). Correct (bitwise equal to the two
-    kernels, on the GPU too) but slower on the H100 than the two kernels with PDL, so the
-    backend does not use it: T=1 graphs qwen3 36.1 us (RMW polling) / 40.0 (volatile-load
-    polling) vs 27.5, deepseek tp8 46.3 / 50.1 vs 33.1; eager qwen3 38.7 vs 54.3 (one launch
-    less). Suspects: the ticket atomic every program waits on before its first load, and
-    GEMM1 items running with the registers of the larger GEMM2 items (fewer resident).
-    ``ticket=False`` (measurement only: items by program id, which relies on the hardware
-    starting a 1-D grid's programs in order, not a guarantee) isolates the first:
-    benchmarks/fused_decode_ab.py, T=1 graphs, qwen3 two 29.2 / PDL 27.8 / ticket 39.9 /
-    program id 36.3 us, deepseek tp8 34.7 / 33.1 / 50.3 / 45.3: the ticket is 3.5-5 us of
-    the loss, most of it is elsewhere (occupancy, the polling).
-    h [T*k, I] and out [T, H] as in
-    decode_gemm1 / decode_gemm2; ``sync``: int32, at least sync_buffer_size(T) elements,
-    zero before the first launch and left zero by every launch; launches that may overlap
-    (two streams) must not share it. Slots for ``launcher.bind``: FUSED_SLOTS."""
-    T, k = topk_ids.shape
-    N13, H = w13.shape[1:]
-    act = ACTIVATIONS[activation]
-    gated = act <= 3
-    n_out = N13 // 2 if gated else N13
-    kp = next_power_of_2(k)
-    assert sync.dtype == torch.int32 and sync.numel() >= sync_buffer_size(T), "sync: int32 [1 + 2T] zeros"
-    nsm = _num_sms(x.device)
-    c1 = config1 or dict(_cached_config(2 if gated else 1, T * k, n_out, H, w13.element_size(), nsm, None))
-    c2 = config2 or dict(_cached_config(kp, T, H, n_out, w2.element_size(), nsm, None))
-    ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, w13.shape[0])
-    tiles1, tiles2 = cdiv(n_out, c1["BLOCK_N"]), cdiv(H, c2["BLOCK_N"])
-    b1s = w13_bias.stride()[:2] if w13_bias is not None else (0, 0)
-    b2s = w2_bias.stride()[:2] if w2_bias is not None else (0, 0)
-    return (_decode_fused_kernel, (tiles1 * T * k + tiles2 * T,), (
-        x, w13, h, w13_bias if w13_bias is not None else w13, w2, out, w2_bias if w2_bias is not None else w2,
-        topk_weights, ids, emap, sync,
-        n_out, H, num_global, w13.shape[0], T, tiles1, tiles2,
-        *x.stride()[:2], *w13.stride()[:3], *h.stride()[:2], *b1s, *w2.stride()[:3], *out.stride()[:2], *b2s,
-        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
-    ), dict(TOP_K=k, KP=kp, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None,
-            HAS_BIAS1=w13_bias is not None, HAS_BIAS2=w2_bias is not None, HAS_MAP=has_map, MUL_W=mul_routed_weight, BLOCK_N1=c1["BLOCK_N"], BLOCK_K1=c1["BLOCK_K"],
-            BLOCK_N2=c2["BLOCK_N"], BLOCK_K2=c2["BLOCK_K"], PREFETCH=True, TICKET=ticket),
-        num_warps or max(c1.get("num_warps", 4), c2.get("num_warps", 4)), None, False)
-
-
-FUSED_SLOTS = dict(x=0, h=2, out=5, topk_weights=7, ids=8, map=9, sync=10)
-
-
 def decode_forward(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                    topk_ids: torch.Tensor, activation: str = "silu", *, expert_map=None, w13_bias=None,
                    w2_bias=None, swiglu_limit=None, alpha: float = 1.702, limit: float = 7.0,
                    out: Optional[torch.Tensor] = None, config1: Optional[dict] = None,
-                   config2: Optional[dict] = None, pdl: bool = False, fused: bool = False) -> torch.Tensor:
+                   config2: Optional[dict] = None, pdl: bool = False) -> torch.Tensor:
     """decode_gemm1 -> decode_gemm2 for 16-bit / fp32 weights: out [T, H] in x's dtype.
-    ``pdl``: GEMM2 as a programmatic dependent launch of GEMM1 (sm90+, see gemm2_launch);
-    ``fused``: both in one launch (``fused_launch``; a fresh counter buffer per call)."""
-    if fused:
-        T, k = topk_ids.shape
-        n_out = w13.shape[1] // 2 if ACTIVATIONS[activation] <= 3 else w13.shape[1]
-        h = torch.empty(T * k, n_out, dtype=_compute_dtype(x), device=x.device)
-        if out is None:
-            out = torch.empty(T, w2.shape[1], dtype=_compute_dtype(x), device=x.device)
-        if T == 0:
-            return out
-        sync = torch.zeros(sync_buffer_size(T), dtype=torch.int32, device=x.device)
-        launch(*fused_launch(x, w13, w2, topk_ids, topk_weights, activation, h, out, sync, expert_map=expert_map,
-                             w13_bias=w13_bias, w2_bias=w2_bias, swiglu_limit=swiglu_limit, alpha=alpha,
-                             limit=limit, config1=config1, config2=config2))
-        return out
+    ``pdl``: GEMM2 as a programmatic dependent launch of GEMM1 (sm90+, see gemm2_launch).
+    (Session 4 also built both GEMMs as one launch, GEMM2 items polling per-token counters:
+    slower than two launches with PDL on the H100, and in session 12 found to read h before
+    GEMM1 wrote it on tiny grids on the GPU (the CPU-sized tests, first run there whole):
+    removed; commit e6c0681 has it.)"""
     h = decode_gemm1(x, w13, topk_ids, activation, expert_map=expert_map, bias=w13_bias,
                      swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, config=config1, pdl=pdl)
     return decode_gemm2(h, w2, topk_ids, topk_weights, out, expert_map=expert_map, bias=w2_bias,
