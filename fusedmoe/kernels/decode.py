@@ -29,13 +29,13 @@ Quantized operands take the grouped kernels' conventions (grouped_gemm._scale_ar
 A_SCALE 0 none | 1 tensor [1] | 2 per row [M, 1] | 3 block [M, K/bk]; B_SCALE 0 none |
 1 per expert [E] | 2 per channel [E, N] | 3 block [E, N/bn, K/bk]. Block scales are
 applied per scale group inside each K tile (BLOCK_K a divisor or a multiple of bk), the
-others once at the end. int8 x int8 sums
-in int32 (exact), 8-bit weights with a 16-bit activation are upcast (weight-only).
+others once at the end. int8 x int8 sums in int32 (exact), 8-bit weights with a 16-bit
+activation are upcast (weight-only).
 Config: dict(BLOCK_N, BLOCK_K, num_warps, PREFETCH[, TILES: GEMM2's N tiles a program]);
-``decode_config`` picks one from the shape (and ``gemm2_tiles`` GEMM2's TILES). Measured on the H100 (benchmarks/decode_ab.py): docs/BENCHMARKS.md. Programmatic
-dependent launch of GEMM2 (griddepcontrol) was tried and measured with the first GEMM2
-(one slot at a time): no gain (qwen3 T=1 35.9 vs 36.1 us, deepseek tp8 41.2 vs 40.5), so
-it is not used.
+``decode_config`` picks one from the shape (and ``gemm2_tiles`` GEMM2's TILES). Measured on
+the H100 (benchmarks/decode_ab.py): docs/BENCHMARKS.md. GEMM2 may be a programmatic dependent
+launch of GEMM1 (``pdl``): it loads its first weight tile, then waits (griddepcontrol) before
+reading h; the backend launches it so on sm90+ (FUSEDMOE_DECODE_PDL).
 """
 from __future__ import annotations
 
