@@ -56,12 +56,12 @@ def around(default: dict, esize: int, group_k=None):
     return out
 
 
-def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=False, gemm2_configs=None):
+def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=False, only=None):
     """Section A for one shape and scheme: every config's time per GEMM, and the default.
     W8A8 schemes run as the backend does with FUSEDMOE_W8A8_DECODE=a8: x and h quantized by
     the quantization kernels beforehand (untimed here), the GEMMs on the 8-bit operands;
     ``a16``: 16-bit x and h against the 8-bit weights (the default decode math).
-    ``gemm2_configs``: time only GEMM2, with these configs (section G)."""
+    ``only``: {gemm: configs}: time only these (section G)."""
     from fusedmoe.modular.prepare_finalize import quantize_activation
     H, I, k = cfg.hidden_size, cfg.intermediate_size, cfg.top_k
     esize = 1 if scheme != "none" else 2
@@ -85,9 +85,9 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=
                                   (8,) if quick else (4, 8), (True,) if quick or esize == 1 else (False, True)))
     gk = w.scheme.block_shape[1] if scheme == "fp8_block" else None
     default = {"gemm1": decode_config(2, k, I, H, esize, group_k=gk), "gemm2": decode_config(kp, 1, H, I, esize, group_k=gk)}
-    for gemm in ("gemm1", "gemm2") if gemm2_configs is None else ("gemm2",):
+    for gemm in ("gemm1", "gemm2") if only is None else tuple(only):
         R = 2 if gemm == "gemm1" else kp
-        configs = (gemm2_configs if gemm2_configs is not None else around(default[gemm], esize, gk) if grid_around
+        configs = (only[gemm] if only is not None else around(default[gemm], esize, gk) if grid_around
                    else [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, PREFETCH=pf) for bn, bk, warps, pf in grid])
         for c in configs:
             if R * c["BLOCK_N"] * c["BLOCK_K"] > 32768:          # spills for sure: not worth a compile
@@ -106,10 +106,10 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=
             try:
                 us = hz.time_graph(calls)
                 rows.append(dict(gemm=gemm, **c, us=us, gbps=nb / us / 1e3, pct=100 * nb / us / 1e3 / bw))
-                if gemm2_configs is not None:
+                if only is not None:
                     r = rows[-1]
-                    print(f"G kernel {scheme:11s} gemm2 BN{c['BLOCK_N']} "
-                          f"BK{c['BLOCK_K']} w{c['num_warps']} tiles{c.get('TILES', 1)} {r['us']:7.2f} us "
+                    print(f"G kernel {scheme:11s} {gemm} BN{c['BLOCK_N']} BK{c['BLOCK_K']} w{c['num_warps']} "
+                          f"tiles{c.get('TILES', 1)} {r['us']:7.2f} us "
                           f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
             except Exception as e:  # a config that does not compile: say so, go on
                 rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:120]}"))
@@ -283,17 +283,24 @@ def main():
         for case in a.g_cases.split(","):
             name, tp, scheme = case.split(":")
             print(f"G {case}", flush=True)
-            # GEMM2 alone at T=1 (16-bit h: the a16 math of W8A8): decode_config's tile, BN x2, warps 4 / 8,
-            # each with every TILES
+            # each GEMM alone at T=1 (16-bit x / h: the a16 math of W8A8): decode_config's tile with BN
+            # halved / doubled and BK halved; GEMM2 with every TILES
             cfg = get_preset(name).to_config(tp=int(tp))
             w = hz.make_weights(cfg, scheme, "cuda", seed=0)
             sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
             esize = 1 if scheme != "none" else 2
-            d = decode_config(hz_next_pow2(cfg.top_k), 1, cfg.hidden_size, cfg.intermediate_size, esize,
-                              group_k=w.scheme.block_shape[1] if scheme == "fp8_block" else None)
-            g2 = [dict(d, BLOCK_N=bn, num_warps=nw, TILES=int(n)) for bn in (d["BLOCK_N"], 2 * d["BLOCK_N"])
-                  for nw in (4, 8) for n in a.g_tiles.split(",")]
-            rows, _ = kernel_sweep(cfg, w, sets, bw, False, scheme, True, False, g2)
+            gk = w.scheme.block_shape[1] if scheme == "fp8_block" else None
+            d = decode_config(hz_next_pow2(cfg.top_k), 1, cfg.hidden_size, cfg.intermediate_size, esize, group_k=gk)
+            d1 = decode_config(2, cfg.top_k, cfg.intermediate_size, cfg.hidden_size, esize, group_k=gk)
+
+            def ok(bk):
+                return bk >= 16 and (not gk or bk % gk == 0 or gk % bk == 0)
+            g1 = [dict(d1, BLOCK_N=bn, BLOCK_K=bk) for bn in (max(2, d1["BLOCK_N"] // 2), d1["BLOCK_N"], 2 * d1["BLOCK_N"])
+                  for bk in (d1["BLOCK_K"], d1["BLOCK_K"] // 2) if ok(bk)]
+            g2 = [dict(d, BLOCK_N=bn, BLOCK_K=bk, TILES=int(n)) for bn in (max(2, d["BLOCK_N"] // 2), d["BLOCK_N"],
+                                                                          2 * d["BLOCK_N"])
+                  for bk in (d["BLOCK_K"], d["BLOCK_K"] // 2) if ok(bk) for n in a.g_tiles.split(",")]
+            rows, _ = kernel_sweep(cfg, w, sets, bw, False, scheme, True, False, {"gemm1": g1, "gemm2": g2})
             res["G"].append(dict(case=case, kernel=rows))
             del w
             rows = variants_ab(name, int(tp), scheme, bw, [int(t) for t in a.g_tokens.split(",")], variants)
