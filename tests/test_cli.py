@@ -229,11 +229,18 @@ def test_explain_auto_w8a8_decode_per_bucket(monkeypatch):
     from fusedmoe.platform import Platform
     from fusedmoe.presets import get_preset
     monkeypatch.delenv("FUSEDMOE_W8A8_DECODE", raising=False)
+    monkeypatch.delenv("FUSEDMOE_DECODE_TILES", raising=False)
     cfg = get_preset("deepseek-v3").to_config(tp=8)
     rows = _variants(cfg, QuantScheme.parse("fp8_block"), Platform.resolve("h100"))
     assert "16-bit activations" in rows["T=1"] and "tensor cores" not in rows["T=1"]
     assert "tensor cores" in rows["T=16"] and "launch chain" in rows["T=16"]
     assert rows["T=64"].startswith("gemm1 BM")
+    # the CUDA-core decode tiles as a launch picks them: GEMM2 of 8-bit weights takes 4 N tiles
+    # a program here (decode.gemm2_tiles), 16-bit weights one; the tensor-core row names none
+    assert "GEMM1 BN4xBK1024, GEMM2 BN4xBK256 x4 N tiles a program" in rows["T=1"]
+    assert "GEMM2 BN" not in rows["T=16"]
+    bf16 = _variants(cfg, QuantScheme.parse("none"), Platform.resolve("h100"))["T=1"]
+    assert "GEMM2 BN4xBK256" in bf16 and "N tiles a program" not in bf16
 
 
 @pytest.mark.parametrize("quant,mode,want", [

@@ -504,6 +504,22 @@ def _extras(c: dict) -> str:
     return out
 
 
+def _decode_tiles(config, quant, platform, T) -> str:
+    """'; GEMM1 BNxBK, GEMM2 BNxBK[ xN tiles a program]': the CUDA-core decode kernels' tiles
+    at T tokens (kernels/decode.py decode_config, gemm2_tiles), as a launch would pick them."""
+    from ..kernels import decode as dk
+    from ..kernels.launcher import cdiv, next_power_of_2
+    esize = 1 if quant.method != QuantMethod.NONE else config.torch_dtype.itemsize
+    gk = quant.block_shape[1] if quant.method == QuantMethod.FP8_BLOCK else None
+    nsm = platform.num_sms or 132
+    H, I, k = config.hidden_size, config.intermediate_size, config.top_k
+    c1 = dk.decode_config(2 if config.is_gated else 1, T * k, I, H, esize, nsm, gk)
+    c2 = dk.decode_config(next_power_of_2(k), T, H, I, esize, nsm, gk)
+    nt = dk.gemm2_tiles(T * cdiv(H, c2["BLOCK_N"]), nsm, esize)
+    return (f"; GEMM1 BN{c1['BLOCK_N']}xBK{c1['BLOCK_K']}, GEMM2 BN{c2['BLOCK_N']}xBK{c2['BLOCK_K']}"
+            + (f" x{nt} N tiles a program" if nt > 1 else ""))
+
+
 def _variants(config, quant, platform):
     try:
         lc = launch_configs(config, quant, platform)
@@ -523,6 +539,7 @@ def _variants(config, quant, platform):
                      if chained else "; GEMM2 a programmatic dependent launch of GEMM1")
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
                              "GEMM2 per (token, N tile) with the k-sum fused, no reduce"
+                             + ("" if tc else _decode_tiles(config, quant, platform, T))
                              + (f"; 8-bit weights, 16-bit activations (FUSEDMOE_W8A8_DECODE={mode}: "
                                 "no activation quantization at this T)" if a16 else "")
                              + (f"; 8-bit x 8-bit GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE={mode}, "
