@@ -151,6 +151,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quant", default="none")
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--host", action="store_true")
+    ap.add_argument("--profile-max-t", type=int, default=1, help="--host: cProfile the eager forward up to this T")
     ap.add_argument("--split", action="store_true", help="event times of align / gemm1 / gemm2 / reduce")
     ap.add_argument("--reduce", default=None, help="force the triton backend's reduce mode (atomic|deterministic)")
     args = ap.parse_args(argv)
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
             if args.host and T <= 16:
                 print(f"   host: {host_us(fn, (x, w, ids)):.1f} us per eager call (no sync, 300 calls); "
                       f"without Triton launches {host_us(fn, (x, w, ids), no_launch=True):.1f} us")
-            if args.host and T == 1:
+            if args.host and T <= args.profile_max_t:
                 pr = cProfile.Profile()
                 torch.cuda.synchronize()
                 pr.enable()
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
                 sio = io.StringIO()
                 st = pstats.Stats(pr, stream=sio).sort_stats("cumulative")
                 st.print_stats(28)
-                print(f"-- host profile {spec} T=1 (200 calls; per-call = cumtime / 200)")
+                print(f"-- host profile {spec} T={T} (200 calls; per-call = cumtime / 200)")
                 print("\n".join(sio.getvalue().splitlines()[:60]))
         del fn
         torch.cuda.empty_cache()
