@@ -246,3 +246,24 @@ def test_prefill_pdl_chain_equals_plain_launches(quant, T, monkeypatch):
     assert qa == (quant != "none")
     ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=qa, h_group=pe.h_group(T))
     assert rel_error(outs["1"][0], ref) <= tolerance(cfg.dtype, quant)
+
+
+@pytest.mark.parametrize("quant", ["fp8_channel", "int8_channel", "fp8_block"])
+@pytest.mark.parametrize("mode", ["a8", "tc"])
+def test_decode_quantization_launches_reuse_their_buffers(quant, mode, monkeypatch):
+    # the W8A8 decode chain quantizes x and h through launches bound per input shape into
+    # buffers kept with them (TritonExperts._dquant): calls with new inputs, another T in
+    # between, must give what a fresh layer gives, and match the reference; x and h never
+    # share a buffer (k = 1 and I = H here: their shapes are the same)
+    cfg = MoEConfig(32, 1, 256, 256)
+    w = _weights(cfg, quant)
+    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "64")
+    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)
+    pe = prepare_experts(cfg, w, "triton")
+    for seed, T in ((1, 2), (2, 3), (3, 2), (4, 2)):
+        x, tw, ti = _routed(cfg, T, seed=seed)
+        got = pe(x, tw, ti).clone()
+        assert torch.equal(got, prepare_experts(cfg, w, "triton")(x, tw, ti))
+        ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=True)
+        assert rel_error(got, ref) <= tolerance(cfg.dtype, quant)
+    assert {k[0] for k in pe.kernel.experts._qplans} == {"x", "h"} and len(pe.kernel.experts._qplans) == 4

@@ -441,11 +441,20 @@ def _check_rows(rows: int, name: str = "rows_per_program") -> int:
 def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None,
                  reciprocal=None, block_k=None):
     # (rows / num_warps / block_k given: benchmarks/quant_rows_ab.py's sweeps; None: the rules)
+    spec = _rows_spec(x, q, scale, mode, qtype, counts, amax_bits, pdl, rows, num_warps, reciprocal, block_k)
+    if spec is not None:
+        launch(*spec)
+
+
+def _rows_spec(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None,
+               reciprocal=None, block_k=None):
+    """``_launch_rows``'s launch as (kernel, grid, args, constexprs, num_warps, num_stages,
+    launch_pdl), x2 (the rows of x) at args[0]; None for no rows."""
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
     T, K = x2.shape
     if T == 0:
-        return
+        return None
     chunk = _token_chunk(K) if mode == "token" and block_k is None else 0
     if chunk:               # the measured chunked rule (``_token_chunk``)
         block_k = chunk
@@ -453,14 +462,14 @@ def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, ro
         num_warps = num_warps or max(1, min(8, rows * chunk // _TOKEN_CHUNK_ELEMS))
     bk = _block_k(K) if block_k is None else block_k
     rows = _check_rows(rows) if rows is not None else _rows_per_program(T, bk, x2.element_size())
-    launch(_quant_rows_kernel, (cdiv(T, rows),),
-           (x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
-            counts if counts is not None else scale, T, K, max(t_max, 1), x2.stride(0), q2.stride(0)),
-           dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
-                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
-                BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl,
-                RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal)),
-           num_warps=num_warps or (8 if rows * bk >= 2048 else 4), launch_pdl=pdl)   # 4..32 elements per thread
+    return (_quant_rows_kernel, (cdiv(T, rows),),
+            (x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
+             counts if counts is not None else scale, T, K, max(t_max, 1), x2.stride(0), q2.stride(0)),
+            dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
+                 BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
+                 BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl,
+                 RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal)),
+            num_warps or (8 if rows * bk >= 2048 else 4), None, pdl)   # 4..32 elements per thread
 
 
 def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor] = None,
@@ -540,24 +549,47 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], G), dtype=torch.float32,
                                                             device=x.device)
+    spec = _group_spec(x, q, s, group, pow2, counts, pdl, rows_per_program, reciprocal)
+    if spec is not None:
+        launch(*spec)
+    return q, s
+
+
+def _group_spec(x, q, s, group, pow2, counts=None, pdl=False, rows_per_program=None, reciprocal=None):
+    """``quant_fp8_group``'s launch into q / s as a spec tuple (x2 at args[0]); None for no rows."""
+    K = x.shape[-1]
+    G = cdiv(K, group)
     x2, t_max = _rows(x)
     q2, s2 = q.view(-1, K), s.view(-1, G)
     T = x2.shape[0]
     if T == 0:
-        return q, s
+        return None
     gp2 = next_power_of_2(group)
     gpp = max(1, min(next_power_of_2(G), 2048 // gp2))      # <= 2K elements of a row per program
     chunks = cdiv(G, gpp)
     rows = (_check_rows(rows_per_program) if rows_per_program is not None
             else _rows_per_program(T, gpp * gp2, x2.element_size(), chunks, groups=True))
-    launch(_quant_group_kernel, (cdiv(T, rows), chunks),
-           (x2, _q_arg(q2), s2, counts if counts is not None else s2, T, K, G, max(t_max, 1),
-            x2.stride(0), q2.stride(0), s2.stride(0)),
-           dict(GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
-                BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, ROWS=rows, PDL=pdl,
-                RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal)),
-           num_warps=8 if rows * gpp * gp2 > 4096 else 4, launch_pdl=pdl)   # at most 32 per thread
-    return q, s
+    return (_quant_group_kernel, (cdiv(T, rows), chunks),
+            (x2, _q_arg(q2), s2, counts if counts is not None else s2, T, K, G, max(t_max, 1),
+             x2.stride(0), q2.stride(0), s2.stride(0)),
+            dict(GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
+                 BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, ROWS=rows, PDL=pdl,
+                 RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal)),
+            8 if rows * gpp * gp2 > 4096 else 4, None, pdl)   # at most 32 per thread
+
+
+def quant_launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, method: str, group: int = 128,
+                 pow2: bool = False, pdl: bool = False):
+    """The launch spec (kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of
+    quantizing 2-D x [T, K] (unit last stride, T > 0) into given q / s the way ``method`` does:
+    'fp8_channel' / 'int8_channel' per token (s [T, 1]), 'fp8_block' in 1 x ``group`` groups
+    (s [T, K / group]); x is args[0], for ``launcher.bind(..., slots=[0])`` (the triton
+    backend's decode chain: repeated calls only swap x)."""
+    assert x.dim() == 2 and x.stride(-1) == 1 and x.shape[0] > 0, "x: [T > 0, K] with unit last stride"
+    if method == "fp8_block":
+        return _group_spec(x, q, s, group, pow2, pdl=pdl)
+    assert method in ("fp8_channel", "int8_channel"), method
+    return _rows_spec(x, q, s, "token", "fp8" if method == "fp8_channel" else "int8", None, pdl=pdl)
 
 
 def act_and_quant(h: torch.Tensor, activation, mode: str = "token", group: int = 128, *,
