@@ -470,3 +470,27 @@ def test_gpu_act_and_quant_large(activation, swiglu_limit):
         q_ref, s_ref = (ref.quant_fp8_token(a) if mode == "token" else ref.quant_fp8_group(a, 128))
         torch.testing.assert_close(s.cpu(), s_ref, rtol=1e-5, atol=0)
         assert_within_one_step(q, q_ref)
+
+
+@pytest.mark.parametrize("method,group,pow2", [("fp8_channel", 128, False), ("int8_channel", 128, False),
+                                               ("fp8_block", 128, False), ("fp8_block", 64, True)])
+def test_quant_launch_spec_is_the_wrappers_launch(method, group, pow2):
+    # quant_launch (the triton backend's decode chain binds it: launcher.bind(..., slots=[0]))
+    # quantizes into given buffers exactly as the wrappers do, and a bound repeat with another
+    # x of the shape writes that x's codes and scales into the same buffers
+    from fusedmoe.kernels.launcher import bind
+    T, K = 3, 320                      # K: not a power of two, a partial last group of 64
+    xs = [(torch.randn(T, K, generator=torch.Generator().manual_seed(s)) * 4).to(torch.bfloat16).to(DEVICE)
+          for s in (1, 2)]
+    wrap = {"fp8_channel": kq.quant_fp8_token, "int8_channel": kq.quant_int8_token,
+            "fp8_block": lambda x: kq.quant_fp8_group(x, group, pow2)}[method]
+    want = [wrap(x) for x in xs]
+    q, s = torch.empty_like(want[0][0]), torch.empty_like(want[0][1])
+    b = bind(*kq.quant_launch(xs[0], q, s, method, group=group, pow2=pow2), slots=[0])
+    assert_same(q, want[0][0])
+    assert_same(s, want[0][1])
+    b.fast(xs[1])
+    assert_same(q, want[1][0])
+    assert_same(s, want[1][1])
+    with pytest.raises(AssertionError):
+        kq.quant_launch(xs[0][:0], q, s, method)
