@@ -543,7 +543,7 @@ def _decode_tiles(config, quant, platform, T) -> str:
     from ..kernels.launcher import cdiv, next_power_of_2
     esize = 1 if quant.method != QuantMethod.NONE else config.torch_dtype.itemsize
     gk = quant.block_shape[1] if quant.method == QuantMethod.FP8_BLOCK else None
-    nsm = platform.num_sms or 132
+    nsm = (platform.num_sms or 132) if platform.kind == "cuda" else 4     # as grouped_gemm._num_sms
     H, I, k = config.hidden_size, config.intermediate_size, config.top_k
     c1 = dk.decode_config(2 if config.is_gated else 1, T * k, I, H, esize, nsm, gk)
     c2 = dk.decode_config(next_power_of_2(k), T, H, I, esize, nsm, gk)
