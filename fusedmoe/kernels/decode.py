@@ -272,6 +272,35 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
 
 
 @triton.jit
+def _token_slots(t, ids_ptr, map_ptr, num_global, E, TOP_K: tl.constexpr, KP: tl.constexpr,
+                 HAS_MAP: tl.constexpr):
+    """Token t's KP slot rows for GEMM2: (pairs s [KP], keep [KP], local experts e int64 [KP]).
+    Padding rows past k repeat slot 0; dropped / padding rows get expert 0, read nothing
+    (k_lim 0) and add nothing (``_gemm2_out``)."""
+    j = tl.arange(0, KP)
+    j_ok = j < TOP_K
+    s = t * TOP_K + tl.where(j_ok, j, 0)
+    e = _local_experts(ids_ptr, map_ptr, s, j_ok, num_global, E, HAS_MAP)
+    keep = e >= 0
+    return s, keep, tl.where(keep, e, 0).to(tl.int64)
+
+
+@triton.jit
+def _gemm2_out(acc, sa_tok, s, keep, e, as_rows, bs_e, bias_ptr, topk_w_ptr, out_row, offs_n, n_ok, wrows,
+               stride_bias_e, stride_bsn, stride_bias_n, stride_on, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
+               HAS_BIAS: tl.constexpr, QA: tl.constexpr, MUL_W: tl.constexpr):
+    """One GEMM2 output tile of a token: the slots' epilogue (scales, bias, routing weight),
+    kept slots only (a dropped slot's scales may be garbage), then the fixed-order sum over
+    the slots (bitwise reproducible), stored at ``out_row`` [BN]."""
+    acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
+                    A_SCALE, B_SCALE, HAS_BIAS, QA)
+    if MUL_W:
+        acc = acc * tl.load(topk_w_ptr + s).to(tl.float32)[:, None]
+    acc = tl.where(keep[:, None], acc, 0.0)
+    tl.store(out_row + offs_n * stride_on, tl.sum(acc, axis=0).to(out_row.dtype.element_ty), mask=n_ok)
+
+
+@triton.jit
 def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr,
                 N_OUT, K, num_global, E,
                 stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
@@ -284,12 +313,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
     """GEMM2 for token t (int64), N tile pid_n: all k slots at once as R = KP (k rounded up
     to a power of two) weight row groups, then a fixed-order sum over the slots. WAIT: the
     first weight tile is read before h is waited for (``_rows_dot``)."""
-    j = tl.arange(0, KP)
-    j_ok = j < TOP_K
-    s = t * TOP_K + tl.where(j_ok, j, 0)               # [KP] pairs; padding rows repeat slot 0
-    e = _local_experts(ids_ptr, map_ptr, s, j_ok, num_global, E, HAS_MAP)
-    keep = e >= 0
-    e = tl.where(keep, e, 0).to(tl.int64)              # dropped / padding slots read nothing ...
+    s, keep, e = _token_slots(t, ids_ptr, map_ptr, num_global, E, TOP_K, KP, HAS_MAP)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N_OUT
     wrows = tl.zeros((KP, BLOCK_N), dtype=tl.int32) + tl.where(n_ok, offs_n, 0)[None, :]    # [KP, BN]
@@ -300,13 +324,8 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                             bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
                             A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
                             KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
-    acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn, stride_bias_n,
-                    A_SCALE, B_SCALE, HAS_BIAS, QA)
-    if MUL_W:
-        acc = acc * tl.load(topk_w_ptr + s).to(tl.float32)[:, None]
-    acc = tl.where(keep[:, None], acc, 0.0)           # ... and add nothing (scales may be garbage)
-    total = tl.sum(acc, axis=0)                        # fixed order: bitwise reproducible
-    tl.store(out_ptr + t * stride_om + offs_n * stride_on, total.to(out_ptr.dtype.element_ty), mask=n_ok)
+    _gemm2_out(acc, sa_tok, s, keep, e, as_rows, bs_e, bias_ptr, topk_w_ptr, out_ptr + t * stride_om, offs_n, n_ok,
+               wrows, stride_bias_e, stride_bsn, stride_bias_n, stride_on, A_SCALE, B_SCALE, HAS_BIAS, QA, MUL_W)
 
 
 @triton.jit
@@ -325,12 +344,7 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
     is summed, so a short K (deepseek-v3 tp8: I = 256, one step a tile) still overlaps loads
     with sums, and each program reads its token's h rows and ids once for NT tiles. WAIT as
     in ``_rows_dot``: the first weight tile is loaded before it."""
-    j = tl.arange(0, KP)
-    j_ok = j < TOP_K
-    s = t * TOP_K + tl.where(j_ok, j, 0)               # [KP] pairs; padding rows repeat slot 0
-    e = _local_experts(ids_ptr, map_ptr, s, j_ok, num_global, E, HAS_MAP)
-    keep = e >= 0
-    e = tl.where(keep, e, 0).to(tl.int64)              # dropped / padding slots read nothing
+    s, keep, e = _token_slots(t, ids_ptr, map_ptr, num_global, E, TOP_K, KP, HAS_MAP)
     k_lim = tl.where(keep, K, 0)
     h_rows = h_ptr + s * stride_hm
     as_rows = a_scale_ptr + s * stride_asm
@@ -367,13 +381,9 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
                           stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, KP, BLOCK_N,
                           BLOCK_K)
         if k0 + BLOCK_K >= K:                          # the tile's last K step: its output
-            r = _epilogue(acc.to(tl.float32), sa_tok, as_rows, bs_e, bias_ptr + e * stride_bias_e, wrows, stride_bsn,
-                          stride_bias_n, A_SCALE, B_SCALE, HAS_BIAS, QA)
-            if MUL_W:
-                r = r * tl.load(topk_w_ptr + s).to(tl.float32)[:, None]
-            r = tl.where(keep[:, None], r, 0.0)
-            tl.store(out_ptr + t * stride_om + offs * stride_on, tl.sum(r, axis=0).to(out_ptr.dtype.element_ty),
-                     mask=offs < N_OUT)
+            _gemm2_out(acc.to(tl.float32), sa_tok, s, keep, e, as_rows, bs_e, bias_ptr, topk_w_ptr,
+                       out_ptr + t * stride_om, offs, offs < N_OUT, wrows, stride_bias_e, stride_bsn, stride_bias_n,
+                       stride_on, A_SCALE, B_SCALE, HAS_BIAS, QA, MUL_W)
             acc = acc * 0
 
 
