@@ -68,6 +68,9 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
             raise TypeError(f"{p.name}: {type(a)}")
     for p in kernel.params[len(args):]:
         v = constexprs[p.name] if p.name in constexprs else p.default
+        if p.name == "BITWISE_FP8" and kernel.fn.__module__.endswith(".decode"):
+            v = False          # the GPU's value (CPU tensors: the interpreter's); the quantizers
+            #                    and grouped GEMMs get uint8 views of fp8 outputs on the CPU
         sig[p.name] = "constexpr"
         consts[p.name] = v
     opts = {"num_warps": num_warps or 4}
@@ -360,6 +363,9 @@ def main() -> int:
             (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, **q)),
             (f"{lab} gemm2 tiles4", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=dict(
                 dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None), TILES=4), **q)),
+            # fp16 lanes (F16ACC) on GEMM2 with one tile a program (qwen3's shipped choice)
+            (f"{lab} gemm2 tiles1", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=dict(
+                dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None), TILES=1), **q)),
         ]
 
     def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf, rcp=False):
@@ -451,8 +457,9 @@ def main() -> int:
         try:
             ck = compile_spec(spec)
             mma = "wgmma" if "wgmma" in ck.asm["ptx"] else ("mma" if "mma.sync" in ck.asm["ptx"] else "")
+            f16 = " f16acc" if spec[3].get("F16ACC") else ""
             print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B {mma}"
-                  f"  {reg_usage(ck.asm['cubin'])}", flush=True)
+                  f"  {reg_usage(ck.asm['cubin'])}{f16}", flush=True)
         except Exception as e:  # print the compiler's message and go on
             bad += 1
             print(f"FAIL {label}: {type(e).__name__}: {str(e)[:2000]}", flush=True)
