@@ -160,13 +160,16 @@ def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_b
 
 
 @triton.jit
-def _pow2_scales(a_rows, stride_ak, K, k_lim, R: tl.constexpr, BLOCK_K: tl.constexpr):
+def _pow2_scales(a_rows, stride_ak, k_lim, R: tl.constexpr, KMAX: tl.constexpr):
     """[R] (2^e, 2^-e) of the activation rows: the smallest power of two >= max |a_r| (e
     clamped to [-126, 126]), and 1 for a row of zeros or one holding Inf / NaN (those pass
-    unscaled into the products, as in the reference). F16ACC's operand scale: exact."""
-    bits = tl.zeros((R,), dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):
-        bits = tl.maximum(bits, tl.max(_abs_bits(_load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K)), axis=1))
+    unscaled into the products, as in the reference). F16ACC's operand scale: exact. The rows
+    are read in one [R, KMAX] load (KMAX a power of two >= K), so the pass costs one L2 round
+    trip, behind the first weight tile's DRAM one (a loop over K steps cost ~8 round trips: the
+    fp16 lanes then lost to the fp32 ones, H100, docs/BENCHMARKS.md thirteenth session)."""
+    kk = tl.arange(0, KMAX)
+    a = tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=kk[None, :] < k_lim[:, None], other=0.0)
+    bits = tl.max(_abs_bits(a), axis=1)
     e = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(tl.int32)          # biased exponent of 2^e >= amax
     e = tl.minimum(tl.maximum(e, 1), 253)
     e = tl.where((bits > 0) & (bits < 0x7F800000), e, 127)
@@ -250,7 +253,8 @@ def _fp8x4_fma(wq, alo, ahi, clo, chi, ASM: tl.constexpr):
 @triton.jit
 def _rows_dot_f16(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, bs_r, stride_bsk,
                   B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, WAIT: tl.constexpr, ASM: tl.constexpr, A_BF16: tl.constexpr):
+                  BLOCK_K: tl.constexpr, WAIT: tl.constexpr, ASM: tl.constexpr, A_BF16: tl.constexpr,
+                  KMAX: tl.constexpr):
     """``_rows_dot`` for fp8 weights and 16-bit activations (F16ACC). The weights are read as
     int32 words (4 codes), the activations as int64 words (4 values), both unit-stride in K
     with K % 4 == 0 (``_f16acc`` checks); each thread keeps fp16 lanes, two per weight word
@@ -269,7 +273,7 @@ def _rows_dot_f16(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, bs_r, stride_b
     kw = tl.arange(0, KW)
     w_nx = tl.load(wq_rows[:, :, None] + kw[None, None, :], mask=(kw[None, :] < kw_lim[:, None])[:, None, :], other=0)
     _wait(WAIT)
-    sa, inv = _pow2_scales(a_rows, stride_ak, K, k_lim, R, BLOCK_K)
+    sa, inv = _pow2_scales(a_rows, stride_ak, k_lim, R, KMAX)
     if B_SCALE == 3:
         bmax = _block_scale_max(bs_r, stride_bsk, K, GROUP_K, R)
         f_row = inv / bmax
@@ -312,7 +316,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
               QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
               BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, F16ACC: tl.constexpr = False, bs_r=None):
+              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, F16ACC: tl.constexpr = 0, bs_r=None):
     """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
     each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
     or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
@@ -323,12 +327,13 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
     WAIT: the activations are written by other programs, the weights are not; the first
     weight tile is loaded, then the program waits, then reads the activations. WAIT 1
     (programmatic dependent launch): for the previous grid (griddepcontrol.wait).
-    F16ACC: ``_rows_dot_f16`` (bs_r [R]: the block scales of each row group's N block).
+    F16ACC (0: off, else a power of two >= K): ``_rows_dot_f16`` (bs_r [R]: the block scales
+    of each row group's N block).
     """
     if F16ACC:
         acc, sa_tok = _rows_dot_f16(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, bs_r, stride_bsk,
                                     B_SCALE, GROUP_K, R, BLOCK_N, BLOCK_K, WAIT, not BITWISE_FP8,
-                                    tl.constexpr(a_rows.dtype.element_ty == tl.bfloat16))
+                                    tl.constexpr(a_rows.dtype.element_ty == tl.bfloat16), F16ACC)
     else:
         acc, sa_tok = _rows_dot_f32(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_ask, bs_rows,
                                     stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2,
@@ -403,7 +408,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
                 INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                 POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, F16ACC: tl.constexpr = False):
+                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, F16ACC: tl.constexpr = 0):
     """GEMM1 for pair s (int64), N tile pid_n; R = 2 weight row groups (gate, up) or 1. A
     dropped pair writes nothing (its h row is never read). WAIT 1: x is the previous
     kernel's output (``_rows_dot``)."""
@@ -470,7 +475,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                 MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                 GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                 QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, F16ACC: tl.constexpr = False):
+                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, F16ACC: tl.constexpr = 0):
     """GEMM2 for token t (int64), N tile pid_n: all k slots at once as R = KP (k rounded up
     to a power of two) weight row groups, then a fixed-order sum over the slots. WAIT: the
     first weight tile is read before h is waited for (``_rows_dot``)."""
@@ -561,7 +566,7 @@ def _decode_gemm1_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, F16ACC: tl.constexpr = False,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, F16ACC: tl.constexpr = 0,
 ):
     """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2, or the
     requantization of h) launch as soon as every program of this grid runs. PDL_WAIT: this
@@ -587,7 +592,7 @@ def _decode_gemm2_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, NT: tl.constexpr = 1, F16ACC: tl.constexpr = False,
+    PDL: tl.constexpr = False, NT: tl.constexpr = 1, F16ACC: tl.constexpr = 0,
 ):
     """Grid (N tiles / NT, tokens). PDL: launched as a programmatic dependent of the kernel that
     wrote h; reads ids and the first weight tile, then waits for that kernel. NT > 1: NT
@@ -706,25 +711,30 @@ def _quant_flags(quant, a, b, a_scale, b_scale, block_shape, quantize_a, pow2):
 
 F16ACC_MAX_STEPS = 32     # fp16 lanes: |lane| <= steps * 448 * 4 (a' <= 4 at the clamp) < 65504
 F16ACC_MAX_GROUPS = 64    # block scales: K groups a row (``_block_scale_max`` reads them in one load)
+F16ACC_MAX_ELEMS = 16384  # the activation rows' one-load amax pass (``_pow2_scales``): R x KMAX elements
 
 
-def _f16acc(config, a, w, K, quant, block_shape, quantize_a, a_scale, consts) -> bool:
-    """Whether a decode GEMM accumulates in fp16 lanes (``_rows_dot_f16``): fp8 e4m3 weights
-    (int8 ones keep fp32: no packed int8 -> fp16 conversion) with 16-bit activations used as given (the a16 path: no activation scale,
-    no in-kernel quantization), at most F16ACC_MAX_STEPS K steps, and with block scales a
-    tile inside one N block. The config's ``F16ACC`` (or FUSEDMOE_DECODE_F16ACC=0) turns it
-    off. Why: docs/BENCHMARKS.md (thirteenth session): the fp32 path spends ~6-8
-    instructions per 8-bit weight (sm_90 SASS), the fp16 one ~3."""
+def _f16acc(config, a, w, K, rows, quant, block_shape, quantize_a, a_scale, consts) -> int:
+    """0, or the power of two >= K with which a decode GEMM sums in fp16 lanes
+    (``_rows_dot_f16``, constexpr F16ACC): fp8 e4m3 weights (int8 keeps fp32: no packed
+    int8 -> fp16 conversion) with 16-bit activations used as given (the a16 path: no
+    activation scale, no in-kernel quantization), 2 .. F16ACC_MAX_STEPS K steps, unit-stride
+    K in 4-byte words, at most F16ACC_MAX_ELEMS activation values a program, and with block
+    scales a tile inside one N block. The config's ``F16ACC`` (or FUSEDMOE_DECODE_F16ACC=0)
+    turns it off. Why: docs/BENCHMARKS.md (thirteenth session)."""
     if not config.get("F16ACC", env.decode_f16acc()):
-        return False
+        return 0
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-    return (w.dtype == torch.float8_e4m3fn and a.dtype in (torch.bfloat16, torch.float16)
+    kmax = next_power_of_2(K)
+    ok = (w.dtype == torch.float8_e4m3fn and a.dtype in (torch.bfloat16, torch.float16)
             and quantize_a is None and a_scale is None and not consts["INT_ACC"]
             and 2 <= cdiv(K, bk) <= F16ACC_MAX_STEPS and bk % 16 == 0
             and (quant != "block" or (block_shape[0] % bn == 0 and cdiv(K, block_shape[1]) <= F16ACC_MAX_GROUPS))
             # int32 / int64 words along K
             and K % 4 == 0 and w.stride(-1) == 1 and a.stride(-1) == 1 and w.stride(-2) % 4 == 0
-            and w.stride(0) % 4 == 0 and a.stride(0) % 4 == 0 and w.data_ptr() % 4 == 0 and a.data_ptr() % 8 == 0)
+            and w.stride(0) % 4 == 0 and a.stride(0) % 4 == 0 and w.data_ptr() % 4 == 0 and a.data_ptr() % 8 == 0
+          and rows * kmax <= F16ACC_MAX_ELEMS)
+    return kmax if ok else 0
 
 
 def _map_args(topk_ids, expert_map, E):
@@ -756,7 +766,7 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
                   BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
-    consts["F16ACC"] = _f16acc(config, a, w, K, quant, block_shape, quantize_a, a_scale, consts)
+    consts["F16ACC"] = _f16acc(config, a, w, K, rows, quant, block_shape, quantize_a, a_scale, consts)
     return config, (sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk), consts
 
 
@@ -868,7 +878,7 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
     nt = (int(config.get("TILES", 1)) if explicit
           else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device), w2.element_size()))
     if nt > 1:
-        consts["F16ACC"] = False       # (_gemm2_tiles sums in fp32)
+        consts["F16ACC"] = 0           # (_gemm2_tiles sums in fp32)
     return (_decode_gemm2_kernel, (cdiv(cdiv(H, config["BLOCK_N"]), nt), T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
