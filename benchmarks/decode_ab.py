@@ -17,8 +17,7 @@ D. W8A8 schemes at T = 1..16 (--d-cases, --d-tokens): decode kernels with x and 
    µs and the ratio to the 8-bit weight-read roofline.
 G. GEMM2 with several N tiles a program (kernels/decode.py TILES, FUSEDMOE_DECODE_TILES):
    the layer at --g-tokens for each of --g-tiles, alternating rounds (--g-cases).
-   --g-f16acc times each GEMM's configs with fp16 lanes off and on; --g-env VAR=a,b makes
-   the layer's variants the values of VAR (e.g. FUSEDMOE_DECODE_F16ACC=0,1).
+   --g-env VAR=a,b makes the layer's variants the values of VAR (e.g. FUSEDMOE_DECODE_PDL=0,1).
 T. T=1, the tensor-core decode GEMMs alone (--t-cases): a tile / split / stage sweep.
    ``--a16`` makes section A sweep the W8A8 GEMMs with 16-bit activations.
 Prints tables and writes every figure to the JSON.
@@ -111,7 +110,7 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=
                 if only is not None:
                     r = rows[-1]
                     print(f"G kernel {scheme:11s} {gemm} BN{c['BLOCK_N']} BK{c['BLOCK_K']} w{c['num_warps']} "
-                          f"tiles{c.get('TILES', 1)}{' f16acc' if c.get('F16ACC') else ''} {r['us']:7.2f} us "
+                          f"tiles{c.get('TILES', 1)} {r['us']:7.2f} us "
                           f"{r['gbps']:6.0f} GB/s ({r['pct']:.0f}%)", flush=True)
             except Exception as e:  # a config that does not compile: say so, go on
                 rows.append(dict(gemm=gemm, **c, error=f"{type(e).__name__}: {str(e)[:120]}"))
@@ -268,10 +267,8 @@ def main():
                     "qwen3-30b-a3b:1:none,deepseek-v3:8:none", help="section G: model:tp:scheme list")
     ap.add_argument("--g-tokens", default="1,2")
     ap.add_argument("--g-tiles", default="1,2,4,8,16")
-    ap.add_argument("--g-f16acc", action="store_true", help="section G: every kernel config with F16ACC off and on "
-                    "(fp16 lanes, kernels/decode.py _f16acc)")
     ap.add_argument("--g-env", default=None, help="section G: the layer's variants from one variable instead of "
-                    "TILES, e.g. FUSEDMOE_DECODE_F16ACC=0,1")
+                    "TILES, e.g. FUSEDMOE_DECODE_PDL=0,1")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     ceil = hz.measure_ceilings("cuda")
@@ -309,9 +306,6 @@ def main():
             g2 = [dict(d, BLOCK_N=bn, BLOCK_K=bk, TILES=int(n)) for bn in (max(2, d["BLOCK_N"] // 2), d["BLOCK_N"],
                                                                           2 * d["BLOCK_N"])
                   for bk in (d["BLOCK_K"], d["BLOCK_K"] // 2) if ok(bk) for n in a.g_tiles.split(",")]
-            if a.g_f16acc:
-                g1 = [dict(c, F16ACC=f) for c in g1 for f in (False, True)]
-                g2 = [dict(c, F16ACC=f) for c in g2 for f in (False, True) if not (f and c["TILES"] > 1)]
             rows, _ = kernel_sweep(cfg, w, sets, bw, False, scheme, True, False, {"gemm1": g1, "gemm2": g2})
             res["G"].append(dict(case=case, kernel=rows))
             del w

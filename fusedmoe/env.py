@@ -22,9 +22,6 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
 | FUSEDMOE_DECODE_TILES       | N tiles a decode GEMM2 program takes (kernels/decode.py       |
 |                             | ``TILES``; default: ``decode.gemm2_tiles``'s rule), for A/Bs  |
-| FUSEDMOE_DECODE_F16ACC      | 0: the decode GEMMs of 8-bit weights with 16-bit activations  |
-|                             | sum in fp32 lanes, not fp16 ones (kernels/decode.py           |
-|                             | ``_f16acc``; default 1), for A/Bs and accuracy comparisons    |
 | FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
 |                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
 |                             | not programmatic dependent launches of the kernel before      |
@@ -57,7 +54,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_DECODE_F16ACC", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT")
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT")
 
 
 def backend() -> str | None:
@@ -111,12 +108,6 @@ def decode_pairs() -> int | None:
 def decode_tiles() -> int | None:
     """FUSEDMOE_DECODE_TILES as an int (None when unset: kernels/decode.py's own rule)."""
     return _int_var("FUSEDMOE_DECODE_TILES", 1, "an integer >= 1", "4")
-
-
-def decode_f16acc() -> bool:
-    """False when FUSEDMOE_DECODE_F16ACC is 0/false: the 8-bit-weight decode GEMMs then sum in
-    fp32 (kernels/decode.py ``_f16acc``; on by default)."""
-    return os.environ.get("FUSEDMOE_DECODE_F16ACC", "1").strip() not in ("0", "false", "False")
 
 
 def decode_pdl() -> bool:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 13, first device call: the decode kernels' tests whole on the GPU (fp16 lanes through
-# their PTX), then the fp16-lane A/B of the a16 decode at T=1: each GEMM alone (F16ACC off / on
-# over decode_config's neighbourhood) and the layer under FUSEDMOE_DECODE_F16ACC=0 / 1.
+# Session 13, first device call (run at commit b3c546d, the fp16-lane decode since reverted):
+# the decode kernels' tests whole on the GPU, then the fp16-lane A/B of the a16 decode at T=1:
+# each GEMM alone (config F16ACC off / on over decode_config's neighbourhood) and the layer
+# under FUSEDMOE_DECODE_F16ACC=0 / 1 (decode_ab.py's --g-f16acc, gone with the revert).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Session 13, second device call: the fp16 lanes with the one-load activation amax pass
-# (the first call's version looped over K for it and lost to fp32): their GPU tests, then the
-# same A/B as gpu_s13a.sh (each GEMM alone, F16ACC off / on; the layer under
-# FUSEDMOE_DECODE_F16ACC=0 / 1).
+# Session 13, second device call (run at commit 277f2e4, since reverted): the fp16 lanes with
+# the one-load activation amax pass (the first call's version looped over K for it), their GPU
+# tests, then the same A/B as gpu_s13a.sh.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

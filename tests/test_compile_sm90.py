@@ -29,3 +29,39 @@ def test_decode_kernels_compile_for_sm90():
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert r.stdout.count("ok ") >= 23
+
+
+_VECTOR_LOADS = r'''
+import os, re, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
+import torch
+import compile_check as cc
+from fusedmoe.kernels import decode as dk
+E, H, I, k, T = 256, 7168, 256, 8, 1
+ids, tw = torch.zeros(T, k, dtype=torch.int32), torch.empty(T, k)
+h, out = torch.empty(T * k, I, dtype=torch.bfloat16), torch.empty(T, H, dtype=torch.bfloat16)
+for dt, q in ((torch.float8_e4m3fn, dict(quant="block", block_shape=(128, 128), b_scale=torch.empty(E, H // 128, I // 128))),
+              (torch.bfloat16, {})):
+    for nt in (1, 4):
+        spec = dk.gemm2_launch(h, torch.empty(E, H, I, dtype=dt), ids, tw, out, pdl=True, config=dict(
+            dk.decode_config(8, T, H, I, torch.empty(0, dtype=dt).element_size(), 132, 128 if q else None), TILES=nt), **q)
+        ptx = cc.compile_spec(spec).asm["ptx"]
+        print(str(dt), nt, sorted(set(re.findall(r"ld\.global[.\w]*", ptx))))
+'''
+
+
+@pytest.mark.skipif(not _ptxas_available(), reason="triton without its bundled ptxas")
+def test_decode_gemm2_loads_are_vectorized():
+    # the weight and h loads of the decode GEMM2 (deepseek-v3 tp8, T=1, fp8 blocks and bf16,
+    # one and four N tiles a program) are 16-byte vector loads on sm_90: a slot's K limit
+    # written as tl.where(keep, K, 0) cost triton 3.9 the alignment facts, and every weight
+    # byte became its own ld.global.b8 (the k_lim of _gemm2_item / _gemm2_tiles is K * keep)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", _VECTOR_LOADS, ROOT], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("torch.")]
+    assert len(lines) == 4, r.stdout
+    for ln in lines:
+        assert "ld.global.v4.b32" in ln and "ld.global.b8" not in ln and "ld.global.b16" not in ln, ln

@@ -321,13 +321,3 @@ def test_env_w8a8_decode(monkeypatch):
     with pytest.raises(ConfigError, match="FUSEDMOE_W8A8_DECODE='fp8'.*a16.*Fix"):
         env.w8a8_decode()
     assert "FUSEDMOE_W8A8_DECODE" in env.VARIABLES
-
-
-def test_env_decode_f16acc(monkeypatch):
-    monkeypatch.delenv("FUSEDMOE_DECODE_F16ACC", raising=False)
-    assert env.decode_f16acc()                                  # the default
-    for off in ("0", "false"):
-        monkeypatch.setenv("FUSEDMOE_DECODE_F16ACC", off)
-        assert not env.decode_f16acc()
-    monkeypatch.setenv("FUSEDMOE_DECODE_F16ACC", "1")
-    assert env.decode_f16acc() and "FUSEDMOE_DECODE_F16ACC" in env.VARIABLES

@@ -19,8 +19,8 @@ if not _CUDA:
 from fusedmoe.kernels.decode import decode_config, decode_forward, decode_gemm1, decode_gemm2  # noqa: E402
 from fusedmoe.kernels.grouped_gemm import moe_forward_triton  # noqa: E402
 from fusedmoe.reference.kernels import gemm1_act_ref, gemm2_ref, moe_naive_loop, moe_ref  # noqa: E402
-from test_kernels_gemm import (DEV, E, H, I, K_TOP, QUANT_CASES, TOL, _frob, _int_operands, _pow2,  # noqa: E402
-                               _randn, _rel, _routing, _weights, _x)
+from test_kernels_gemm import (DEV, E, H, I, K_TOP, QUANT_CASES, TOL, _int_operands, _pow2, _randn,  # noqa: E402
+                               _rel, _routing, _weights, _x)
 
 # odd sizes: no tile divides them (BN 4..32, BK up to 512)
 H_ODD, I_ODD = 72, 40
@@ -365,82 +365,3 @@ def test_decode_in_kernel_quant_equals_separate_quant(mode, dtype):
     # and both agree with the dequantizing reference on the finite tokens
     ref = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=hs, b_scale=b2, block=block)
     assert _rel(o_fused[[0, 2]], ref[[0, 2]]) < TOL.get(dtype, TOL_BF16)
-
-
-def _f16acc_on(spec) -> bool:
-    return bool(spec[3]["F16ACC"])
-
-
-@pytest.mark.parametrize("xdt,mag", [(torch.bfloat16, 1.0), (torch.bfloat16, 3e4), (torch.bfloat16, 1e-6),
-                                     (torch.float16, 1.0)])
-@pytest.mark.parametrize("quant", ["tensor", "channel", "block"])
-def test_decode_fp16_lanes(quant, xdt, mag):
-    # fp8 weights with 16-bit activations (the a16 decode): the fp16-lane path (F16ACC,
-    # _rows_dot_f16) against the reference and against the fp32-lane path. Activations of
-    # ~3e4 overflow fp16 products without the power-of-two operand scale, ~1e-6 are fp16
-    # subnormals without it; random fp8 weights (many subnormals), asymmetric gate / up,
-    # an expert_map dropping experts (GEMM2 rows that read nothing), K tails (I = 48, BK 32)
-    from fusedmoe.kernels.decode import gemm1_launch, gemm2_launch
-    T, k, E_g = 3, K_TOP, E + 1
-    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
-    block = (16, 32) if quant == "block" else None
-    g = torch.Generator().manual_seed(41)
-    w13 = (torch.randn(E, 2 * I, H, generator=g) * 0.05).to(torch.float8_e4m3fn).to(DEV)
-    w2 = (torch.randn(E, H, I, generator=g) * 0.05).to(torch.float8_e4m3fn).to(DEV)
-    sshape = {"tensor": lambda N, K: (E,), "channel": lambda N, K: (E, N),
-              "block": lambda N, K: (E, -(-N // 16), -(-K // 32))}[quant]
-    b1 = (torch.rand(sshape(2 * I, H), generator=g) + 0.5).to(DEV)
-    b2 = (torch.rand(sshape(H, I), generator=g) * 4 + 0.1).to(DEV)     # block scales 40x apart
-    x = (_randn(T, H, seed=42) * mag).to(xdt)
-    tw, ids = _routing(T, E_g, k, seed=43)
-    cfg = dict(BLOCK_N=8, BLOCK_K=32, PREFETCH=True)
-    q1 = dict(quant=quant, b_scale=b1, block_shape=block, config=cfg, expert_map=emap)
-    q2 = dict(quant=quant, b_scale=b2, block_shape=block, config=cfg, expert_map=emap)
-    h = torch.empty(T * k, I, dtype=xdt, device=DEV)
-    assert _f16acc_on(gemm1_launch(x, w13, ids, "silu", h, **q1))
-    assert _f16acc_on(gemm2_launch(h, w2, ids, tw, torch.empty(T, H, dtype=xdt, device=DEV), **q2))
-    h = decode_gemm1(x, w13, ids, "silu", **q1)
-    ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, b_scale=b1, block=block, expert_map=emap)
-    h32 = decode_gemm1(x, w13, ids, "silu", **dict(q1, config=dict(cfg, F16ACC=False)))
-    keep = (emap[ids.long()] >= 0).reshape(-1)                     # dropped pairs' h rows are unwritten
-    # relative Frobenius error: the output's own rounding dominates (bf16 ~3.4e-3, fp16 ~2.5e-4
-    # on either path); fp16 lanes add ~2e-4 (one fp16 rounding per operand and lane add)
-    tol = 6e-3 if xdt == torch.bfloat16 else 1e-3
-    assert _frob(h[keep], ref1[keep]) < tol and _frob(h[keep], h32[keep]) < tol
-    href = ref1.to(xdt)
-    out = decode_gemm2(href, w2, ids, tw, **q2)
-    ref2 = gemm2_ref(href, w2, ids, tw, quant=quant, b_scale=b2, block=block, expert_map=emap)
-    out32 = decode_gemm2(href, w2, ids, tw, **dict(q2, config=dict(cfg, F16ACC=False)))
-    assert torch.isfinite(out).all()
-    assert _frob(out, ref2) < tol and _frob(out, out32) < tol
-
-
-def test_decode_fp16_lanes_nonfinite_and_eligibility(monkeypatch):
-    # a NaN / Inf in a token's activations reaches its outputs as in the reference (the
-    # operand scale is 1 for such a row), the other tokens stay exact; and the path is taken
-    # only where it is defined: fp8 weights, 16-bit activations used as given, >= 2 K steps
-    from fusedmoe.kernels.decode import gemm1_launch
-    T, k = 3, K_TOP
-    g = torch.Generator().manual_seed(44)
-    w13 = (torch.randn(E, 2 * I, H, generator=g) * 0.05).to(torch.float8_e4m3fn).to(DEV)
-    b1 = (torch.rand(E, 2 * I, generator=g) + 0.5).to(DEV)
-    x = _randn(T, H, seed=45).to(torch.bfloat16)
-    x[1, 5] = float("nan")
-    x[2, 7] = float("inf")
-    _, ids = _routing(T, E, k, seed=46)
-    cfg = dict(BLOCK_N=8, BLOCK_K=32, PREFETCH=True)
-    h = decode_gemm1(x, w13, ids, "silu", quant="channel", b_scale=b1, config=cfg)
-    ref = gemm1_act_ref(x, w13, ids, "silu", quant="channel", b_scale=b1)
-    assert torch.isnan(h[k:2 * k]).all() and torch.equal(torch.isnan(h), torch.isnan(ref))
-    assert torch.equal(torch.isinf(h), torch.isinf(ref))
-    assert _frob(h[:k], ref[:k]) < 6e-3
-    hb = torch.empty(T * k, I, dtype=torch.bfloat16, device=DEV)
-    on = lambda x_, w_, **kw: _f16acc_on(gemm1_launch(x_, w_, ids, "silu", hb, quant="channel", b_scale=b1,  # noqa: E731
-                                                      **dict(dict(config=cfg), **kw)))
-    assert on(x, w13)
-    assert not on(x.float(), w13)                                  # fp32 activations
-    assert not on(x, w13, config=dict(cfg, BLOCK_K=64))            # one K step: nothing to keep
-    assert not on(x, w13.view(torch.int8))                         # int8 weights
-    assert not on(x, w13, quantize_a="fp8")                        # W8A8 in the kernel
-    monkeypatch.setenv("FUSEDMOE_DECODE_F16ACC", "0")
-    assert not on(x, w13)

@@ -160,151 +160,6 @@ def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_b
 
 
 @triton.jit
-def _pow2_scales(a_rows, stride_ak, k_lim, R: tl.constexpr, KMAX: tl.constexpr):
-    """[R] (2^e, 2^-e) of the activation rows: the smallest power of two >= max |a_r| (e
-    clamped to [-126, 126]), and 1 for a row of zeros or one holding Inf / NaN (those pass
-    unscaled into the products, as in the reference). F16ACC's operand scale: exact. The rows
-    are read in one [R, KMAX] load (KMAX a power of two >= K), so the pass costs one L2 round
-    trip, behind the first weight tile's DRAM one (a loop over K steps cost ~8 round trips: the
-    fp16 lanes then lost to the fp32 ones, H100, docs/BENCHMARKS.md thirteenth session)."""
-    kk = tl.arange(0, KMAX)
-    a = tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=kk[None, :] < k_lim[:, None], other=0.0)
-    bits = tl.max(_abs_bits(a), axis=1)
-    e = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(tl.int32)          # biased exponent of 2^e >= amax
-    e = tl.minimum(tl.maximum(e, 1), 253)
-    e = tl.where((bits > 0) & (bits < 0x7F800000), e, 127)
-    return (e << 23).to(tl.float32, bitcast=True), ((254 - e) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _block_scale_max(bs_r, stride_bsk, K, GROUP_K: tl.constexpr, R: tl.constexpr):
-    """[R] the largest of the K-group block scales of each row group's N block (bs_r [R]:
-    the tile's rows share one N block; at most F16ACC_MAX_GROUPS groups: one load, no loop,
-    which triton 3.6's thread-locality pass rejects at R = 8); 1 where all are 0."""
-    g = tl.arange(0, 64)
-    m = tl.max(tl.load(bs_r[:, None] + g[None, :] * stride_bsk, mask=(g < tl.cdiv(K, GROUP_K))[None, :], other=0.0),
-               axis=1)
-    return tl.where(m > 0, m, 1.0)
-
-
-@triton.jit
-def _half_to_f32(bits, BF16: tl.constexpr):
-    """int32 holding a 16-bit float's bits (low half) -> fp32 (exact)."""
-    if BF16:
-        return (bits << 16).to(tl.float32, bitcast=True)
-    else:
-        return bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-
-
-@triton.jit
-def _f16_bits(x):
-    """fp32 -> the bits of fp16(x) (round to nearest even) in the low half of an int32."""
-    return x.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-
-
-@triton.jit
-def _f16_pairs(aq, f, A_BF16: tl.constexpr):
-    """aq int64 [R, KW]: four 16-bit activations a word (columns 4i .. 4i+3), f fp32 [R, KW]
-    (their scale) -> (lo, hi) int32: fp16 pairs of a * f, columns (4i, 4i+1) and (4i+2, 4i+3)."""
-    v0 = _f16_bits(_half_to_f32((aq & 0xFFFF).to(tl.int32), A_BF16) * f)
-    v1 = _f16_bits(_half_to_f32(((aq >> 16) & 0xFFFF).to(tl.int32), A_BF16) * f)
-    v2 = _f16_bits(_half_to_f32(((aq >> 32) & 0xFFFF).to(tl.int32), A_BF16) * f)
-    v3 = _f16_bits(_half_to_f32(((aq >> 48) & 0xFFFF).to(tl.int32), A_BF16) * f)
-    return v0 | (v1 << 16), v2 | (v3 << 16)
-
-
-@triton.jit
-def _f16x2_fma_ref(w2, a2, c2):
-    """The interpreter's fma.rn.f16x2 of two fp8 codes (w2's low 16 bits) times an fp16 pair,
-    plus an fp16 pair (int32 each): fp32 math (w * a is exact there), one rounding to fp16."""
-    lo = _half_to_f32(c2 & 0xFFFF, False) + _e4m3_bits_to_f32(w2 & 0xFF) * _half_to_f32(a2 & 0xFFFF, False)
-    hi = (_half_to_f32((c2 >> 16) & 0xFFFF, False)
-          + _e4m3_bits_to_f32((w2 >> 8) & 0xFF) * _half_to_f32((a2 >> 16) & 0xFFFF, False))
-    return _f16_bits(lo) | (_f16_bits(hi) << 16)
-
-
-@triton.jit
-def _fp8x4_fma(wq, alo, ahi, clo, chi, ASM: tl.constexpr):
-    """Four fp16 lanes a word: wq int32 (four e4m3 codes, byte j = column 4i+j; exact in fp16),
-    alo / ahi the fp16 pairs of columns (4i, 4i+1) / (4i+2, 4i+3), clo / chi the lanes ->
-    (clo + w * alo, chi + w * ahi) with one rounding each. ASM (the GPU): two
-    cvt.rn.f16x2.e4m3x2 and two fma.rn.f16x2 a word (Triton's own lowering of fp8 -> fp16
-    products unpacks every byte and re-pairs them: ~2x the instructions); else the
-    interpreter's equivalent (``_f16x2_fma_ref``)."""
-    if ASM:
-        return tl.inline_asm_elementwise(
-            asm="""{
-            .reg .b16 l, h;
-            .reg .b32 p, q;
-            mov.b32 {l, h}, $2;
-            cvt.rn.f16x2.e4m3x2 p, l;
-            cvt.rn.f16x2.e4m3x2 q, h;
-            fma.rn.f16x2 p, p, $3, $5;
-            fma.rn.f16x2 q, q, $4, $6;
-            mov.b32 $0, p;
-            mov.b32 $1, q;
-            }""",
-            constraints="=r,=r,r,r,r,r,r", args=[wq, alo, ahi, clo, chi], dtype=(tl.int32, tl.int32),
-            is_pure=True, pack=1)
-    else:
-        return _f16x2_fma_ref(wq & 0xFFFF, alo, clo), _f16x2_fma_ref((wq >> 16) & 0xFFFF, ahi, chi)
-
-
-@triton.jit
-def _rows_dot_f16(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, bs_r, stride_bsk,
-                  B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, WAIT: tl.constexpr, ASM: tl.constexpr, A_BF16: tl.constexpr,
-                  KMAX: tl.constexpr):
-    """``_rows_dot`` for fp8 weights and 16-bit activations (F16ACC). The weights are read as
-    int32 words (4 codes), the activations as int64 words (4 values), both unit-stride in K
-    with K % 4 == 0 (``_f16acc`` checks); each thread keeps fp16 lanes, two per weight word
-    (int32 pairs), and adds w * a' with packed fp16 FMAs (``_fp8x4_fma``); the lanes are
-    summed in fp32 once, after the K loop.
-
-    Range: a' = a * 2^-e with 2^e >= max |a_r| (``_pow2_scales``, exact), so |a'| <= 1 (<= 4
-    at the exponent clamp), |w| <= 448, and a lane sums at most cdiv(K, BK) <=
-    F16ACC_MAX_STEPS products: |lane| < 65504. Block scales enter a' as s / max(s) <= 1; 2^e
-    and max s multiply the fp32 sum. Precision: one fp16 rounding (2^-11) per activation and
-    per lane add, against the bf16 rounding (2^-8) of the output. Returns ([R, BN] fp32, ones)."""
-    KW: tl.constexpr = BLOCK_K // 4
-    wq_rows = w_rows.to(tl.pointer_type(tl.int32))                # [R, BN]
-    aq_rows = a_rows.to(tl.pointer_type(tl.int64))                # [R]
-    kw_lim = k_lim // 4
-    kw = tl.arange(0, KW)
-    w_nx = tl.load(wq_rows[:, :, None] + kw[None, None, :], mask=(kw[None, :] < kw_lim[:, None])[:, None, :], other=0)
-    _wait(WAIT)
-    sa, inv = _pow2_scales(a_rows, stride_ak, k_lim, R, KMAX)
-    if B_SCALE == 3:
-        bmax = _block_scale_max(bs_r, stride_bsk, K, GROUP_K, R)
-        f_row = inv / bmax
-    else:
-        bmax = tl.full((R,), 1.0, dtype=tl.float32)
-        f_row = inv
-    a_nx = tl.load(aq_rows[:, None] + kw[None, :], mask=kw[None, :] < kw_lim[:, None], other=0)
-    clo = tl.zeros((R, BLOCK_N, KW), dtype=tl.int32)              # fp16 pairs (+0.0)
-    chi = tl.zeros((R, BLOCK_N, KW), dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):
-        aq, wq = a_nx, w_nx
-        kk = (k0 + BLOCK_K) // 4 + kw
-        a_nx = tl.load(aq_rows[:, None] + kk[None, :], mask=kk[None, :] < kw_lim[:, None], other=0)
-        w_nx = tl.load(wq_rows[:, :, None] + kk[None, None, :], mask=(kk[None, :] < kw_lim[:, None])[:, None, :],
-                       other=0)
-        if B_SCALE == 3:
-            g = (k0 + 4 * kw) // GROUP_K
-            f = tl.load(bs_r[:, None] + g[None, :] * stride_bsk, mask=(4 * kw < K - k0)[None, :], other=0.0)
-            f = f * f_row[:, None]
-        else:
-            f = tl.zeros((R, KW), dtype=tl.float32) + f_row[:, None]
-        alo, ahi = _f16_pairs(aq, f, A_BF16)
-        clo, chi = _fp8x4_fma(wq, tl.broadcast_to(alo[:, None, :], (R, BLOCK_N, KW)),
-                              tl.broadcast_to(ahi[:, None, :], (R, BLOCK_N, KW)), clo, chi, ASM)
-    lanes = (_half_to_f32(clo & 0xFFFF, False) + _half_to_f32((clo >> 16) & 0xFFFF, False)
-             + _half_to_f32(chi & 0xFFFF, False) + _half_to_f32((chi >> 16) & 0xFFFF, False))
-    acc = tl.sum(lanes, axis=2) * (sa * bmax)[:, None]
-    return acc, tl.full((R,), 1.0, dtype=tl.float32)
-
-
-@triton.jit
 def _wait(WAIT: tl.constexpr):
     """WAIT 1: griddepcontrol.wait (this grid is a programmatic dependent launch); 0: nothing."""
     if WAIT == 1:
@@ -316,7 +171,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
               QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
               BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, F16ACC: tl.constexpr = 0, bs_r=None):
+              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0):
     """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
     each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
     or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
@@ -327,27 +182,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
     WAIT: the activations are written by other programs, the weights are not; the first
     weight tile is loaded, then the program waits, then reads the activations. WAIT 1
     (programmatic dependent launch): for the previous grid (griddepcontrol.wait).
-    F16ACC (0: off, else a power of two >= K): ``_rows_dot_f16`` (bs_r [R]: the block scales
-    of each row group's N block).
     """
-    if F16ACC:
-        acc, sa_tok = _rows_dot_f16(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, bs_r, stride_bsk,
-                                    B_SCALE, GROUP_K, R, BLOCK_N, BLOCK_K, WAIT, not BITWISE_FP8,
-                                    tl.constexpr(a_rows.dtype.element_ty == tl.bfloat16), F16ACC)
-    else:
-        acc, sa_tok = _rows_dot_f32(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_ask, bs_rows,
-                                    stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2,
-                                    BITWISE_FP8, R, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
-    return acc, sa_tok
-
-
-@triton.jit
-def _rows_dot_f32(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_ask, bs_rows, stride_bsk,
-                  A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
-                  QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
-                  BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  PREFETCH: tl.constexpr, WAIT: tl.constexpr):
-    """``_rows_dot`` with fp32 (or int32) accumulators, a K reduction a step."""
     if not PREFETCH:
         _wait(WAIT)
     if QA == 1:
@@ -408,7 +243,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
                 INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                 POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, F16ACC: tl.constexpr = 0):
+                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0):
     """GEMM1 for pair s (int64), N tile pid_n; R = 2 weight row groups (gate, up) or 1. A
     dropped pair writes nothing (its h row is never read). WAIT 1: x is the previous
     kernel's output (``_rows_dot``)."""
@@ -427,8 +262,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
         acc, sa_tok = _rows_dot(x_rows, stride_xk, w_ptr + e64[:, None] * stride_we + wrows * stride_wn, stride_wk,
                                 K, K + r * 0, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
                                 stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                                R, BLOCK_N, BLOCK_K, PREFETCH, WAIT, F16ACC,
-                                bs_e + ((pid_n * BLOCK_N + r * N_OUT) // GROUP_N) * stride_bsn)
+                                R, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
         acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e64 * stride_bias_e, wrows, stride_bsn,
                         stride_bias_n, A_SCALE, B_SCALE, HAS_BIAS, QA)
         g = tl.sum(tl.where(r[:, None] == 0, acc, 0.0), axis=0)                    # [BN]
@@ -475,7 +309,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                 MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                 GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                 QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, F16ACC: tl.constexpr = 0):
+                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr):
     """GEMM2 for token t (int64), N tile pid_n: all k slots at once as R = KP (k rounded up
     to a power of two) weight row groups, then a fixed-order sum over the slots. WAIT: the
     first weight tile is read before h is waited for (``_rows_dot``)."""
@@ -489,8 +323,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                             stride_wk, K, K * keep.to(tl.int32), as_rows, stride_ask,
                             bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
                             A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, F16ACC,
-                            bs_e + (pid_n * BLOCK_N // GROUP_N) * stride_bsn)
+                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
     _gemm2_out(acc, sa_tok, s, keep, e, as_rows, bs_e, bias_ptr, topk_w_ptr, out_ptr + t * stride_om, offs_n, n_ok,
                wrows, stride_bias_e, stride_bsn, stride_bias_n, stride_on, A_SCALE, B_SCALE, HAS_BIAS, QA, MUL_W)
 
@@ -566,7 +399,7 @@ def _decode_gemm1_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, F16ACC: tl.constexpr = 0,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
 ):
     """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2, or the
     requantization of h) launch as soon as every program of this grid runs. PDL_WAIT: this
@@ -579,7 +412,7 @@ def _decode_gemm1_kernel(
                 stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
                 stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N, GROUP_K,
-                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0, F16ACC)
+                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -592,7 +425,7 @@ def _decode_gemm2_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, NT: tl.constexpr = 1, F16ACC: tl.constexpr = 0,
+    PDL: tl.constexpr = False, NT: tl.constexpr = 1,
 ):
     """Grid (N tiles / NT, tokens). PDL: launched as a programmatic dependent of the kernel that
     wrote h; reads ids and the first weight tile, then waits for that kernel. NT > 1: NT
@@ -610,7 +443,7 @@ def _decode_gemm2_kernel(
                     stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                     TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE, QMAX,
-                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, F16ACC)
+                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -709,34 +542,6 @@ def _quant_flags(quant, a, b, a_scale, b_scale, block_shape, quantize_a, pow2):
         BITWISE_FP8=a.device.type != "cuda")
 
 
-F16ACC_MAX_STEPS = 32     # fp16 lanes: |lane| <= steps * 448 * 4 (a' <= 4 at the clamp) < 65504
-F16ACC_MAX_GROUPS = 64    # block scales: K groups a row (``_block_scale_max`` reads them in one load)
-F16ACC_MAX_ELEMS = 16384  # the activation rows' one-load amax pass (``_pow2_scales``): R x KMAX elements
-
-
-def _f16acc(config, a, w, K, rows, quant, block_shape, quantize_a, a_scale, consts) -> int:
-    """0, or the power of two >= K with which a decode GEMM sums in fp16 lanes
-    (``_rows_dot_f16``, constexpr F16ACC): fp8 e4m3 weights (int8 keeps fp32: no packed
-    int8 -> fp16 conversion) with 16-bit activations used as given (the a16 path: no
-    activation scale, no in-kernel quantization), 2 .. F16ACC_MAX_STEPS K steps, unit-stride
-    K in 4-byte words, at most F16ACC_MAX_ELEMS activation values a program, and with block
-    scales a tile inside one N block. The config's ``F16ACC`` (or FUSEDMOE_DECODE_F16ACC=0)
-    turns it off. Why: docs/BENCHMARKS.md (thirteenth session)."""
-    if not config.get("F16ACC", env.decode_f16acc()):
-        return 0
-    bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-    kmax = next_power_of_2(K)
-    ok = (w.dtype == torch.float8_e4m3fn and a.dtype in (torch.bfloat16, torch.float16)
-            and quantize_a is None and a_scale is None and not consts["INT_ACC"]
-            and 2 <= cdiv(K, bk) <= F16ACC_MAX_STEPS and bk % 16 == 0
-            and (quant != "block" or (block_shape[0] % bn == 0 and cdiv(K, block_shape[1]) <= F16ACC_MAX_GROUPS))
-            # int32 / int64 words along K
-            and K % 4 == 0 and w.stride(-1) == 1 and a.stride(-1) == 1 and w.stride(-2) % 4 == 0
-            and w.stride(0) % 4 == 0 and a.stride(0) % 4 == 0 and w.data_ptr() % 4 == 0 and a.data_ptr() % 8 == 0
-          and rows * kmax <= F16ACC_MAX_ELEMS)
-    return kmax if ok else 0
-
-
 def _map_args(topk_ids, expert_map, E):
     ids = topk_ids.reshape(-1)
     if not ids.is_contiguous():
@@ -766,7 +571,6 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
                   BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
-    consts["F16ACC"] = _f16acc(config, a, w, K, rows, quant, block_shape, quantize_a, a_scale, consts)
     return config, (sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk), consts
 
 
@@ -877,8 +681,6 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
         scale_pow2, config)
     nt = (int(config.get("TILES", 1)) if explicit
           else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device), w2.element_size()))
-    if nt > 1:
-        consts["F16ACC"] = 0           # (_gemm2_tiles sums in fp32)
     return (_decode_gemm2_kernel, (cdiv(cdiv(H, config["BLOCK_N"]), nt), T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
