@@ -248,6 +248,13 @@ def w8a8_ab(name, tp, scheme, bw, tokens, rounds=2, variants=None):
     return variants_ab(name, tp, scheme, bw, tokens, {v: W8A8_MODES[v] for v in variants or W8A8_MODES}, rounds)
 
 
+def _print_layer_rows(section, name, scheme, rows, width):
+    """One line per (T, variant) of a layer A/B (sections B and G)."""
+    for r in rows:
+        print(f"{section} {name:14s} {scheme:11s} T={r['T']:<3d} {r['variant']:{width}s} graph {r['us_graph']:7.2f} "
+              f"eager {r['us_eager']:7.1f} us  roof {r['roof_us']:6.1f}  {r['pct']:5.1f}%  ok={r['ok']}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_ab.json")
@@ -311,10 +318,7 @@ def main():
             del w
             rows = variants_ab(name, int(tp), scheme, bw, [int(t) for t in a.g_tokens.split(",")], variants)
             res["G"] += rows
-            for r in rows:
-                print(f"G {name:14s} {scheme:11s} T={r['T']:<3d} {r['variant']:8s} graph {r['us_graph']:7.2f} "
-                      f"eager {r['us_eager']:7.1f} us  roof {r['roof_us']:6.1f}  {r['pct']:5.1f}%  ok={r['ok']}",
-                      flush=True)
+            _print_layer_rows("G", name, scheme, rows, 8)
             torch.cuda.empty_cache()
     if "T" not in skip:
         res["T"] = {}
@@ -360,10 +364,7 @@ def main():
         for name, tp, scheme in [c for c in cases if c[2] in want]:
             rows = pdl_ab(name, tp, scheme, bw, (1,) if a.quick else (1, 2))
             res["B"] += rows
-            for r in rows:
-                print(f"B {name:14s} {scheme:11s} T={r['T']:<3d} {r['variant']:6s} graph {r['us_graph']:7.2f} "
-                      f"eager {r['us_eager']:7.1f} us  roof {r['roof_us']:6.1f}  {r['pct']:5.1f}%  ok={r['ok']}",
-                      flush=True)
+            _print_layer_rows("B", name, scheme, rows, 6)
             torch.cuda.empty_cache()
     if "C" not in skip:
         cases = [(n, tp, "none") for n, tp in SHAPES] + [("qwen3-30b-a3b", 1, "fp8_channel"),

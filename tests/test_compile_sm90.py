@@ -21,11 +21,16 @@ def _ptxas_available() -> bool:
     return os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))
 
 
-@pytest.mark.skipif(not _ptxas_available(), reason="triton without its bundled ptxas")
-def test_decode_kernels_compile_for_sm90():
+def _compile_env() -> dict:
+    """The environment of a compile subprocess: no interpreter, FP fusion as the JIT's default."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_check.py")], env=env,
+    return env
+
+
+@pytest.mark.skipif(not _ptxas_available(), reason="triton without its bundled ptxas")
+def test_decode_kernels_compile_for_sm90():
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_check.py")], env=_compile_env(),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert r.stdout.count("ok ") >= 23
@@ -56,8 +61,7 @@ def test_decode_gemm2_loads_are_vectorized():
     # one and four N tiles a program) are 16-byte vector loads on sm_90: a slot's K limit
     # written as tl.where(keep, K, 0) cost triton 3.9 the alignment facts, and every weight
     # byte became its own ld.global.b8 (the k_lim of _gemm2_item / _gemm2_tiles is K * keep)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    env = _compile_env()
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-c", _VECTOR_LOADS, ROOT], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
