@@ -54,7 +54,8 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT")
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
+             "FUSEDMOE_REDUCE")
 
 
 def backend() -> str | None:
@@ -142,6 +143,19 @@ def h_quant() -> str:
         raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue' or 'kernel'",
                           "unset it (kernel: 16-bit h, then the scheme's own quantization kernel) or set "
                           "FUSEDMOE_H_QUANT=epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
+    return v
+
+
+def reduce() -> str | None:
+    """FUSEDMOE_REDUCE: how the triton backend's grouped GEMM2 sums a token's k slots when
+    the caller did not ask for determinism: 'deterministic', 'atomic' (fp32 buffer) or
+    'atomic_out' (atomic adds into the output); None (unset): the backend's rule."""
+    v = os.environ.get("FUSEDMOE_REDUCE", "").strip().lower()
+    if not v:
+        return None
+    if v not in ("deterministic", "atomic", "atomic_out"):
+        raise ConfigError("FUSEDMOE_REDUCE", v, "'deterministic', 'atomic' or 'atomic_out'",
+                          "unset it (the backend's rule) or set FUSEDMOE_REDUCE=deterministic")
     return v
 
 

@@ -174,6 +174,20 @@ def grouped_cases() -> list:
                                                                num_warps=w, num_stages=st, A_RESIDENT=nt, USE_TMA=True),
                      workspace=torch.empty(1, n, H_, dtype=bf), **q)
             out.append((f"resident gemm2 {name} {bm}x{bn} x{nt} w{w} s{st} tma", captured[0]))
+        # the k-sum as atomic adds straight into the bf16 output (reduce 'atomic_out'): the
+        # tiled kernel and the A-resident one at deepseek-v3 tp8's shape, bf16 and fp8 blocks
+        for name, dt, q, cfg in (
+                ("bf16", bf, {}, dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=64, num_warps=8, num_stages=3)),
+                ("bf16", bf, {}, dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, num_warps=8, num_stages=3,
+                                      A_RESIDENT=8, USE_TMA=True)),
+                ("fp8 block", fp8, dict(quant="block", block_shape=(128, 128), a_scale=torch.empty(n, Id // 128),
+                                        b_scale=torch.empty(Ed, Hd // 128, Id // 128)),
+                 dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=8, num_stages=4,
+                      A_RESIDENT=112, USE_TMA=True))):
+            captured.clear()
+            gg.gemm2(torch.empty(n, Id, dtype=dt), torch.empty(Ed, Hd, Id, dtype=dt), align, torch.empty(T, k),
+                     torch.empty(T, Hd, dtype=bf), config=cfg, reduce="atomic_out", **q)
+            out.append((f"atomic_out gemm2 {name}" + (" resident" if cfg.get("A_RESIDENT") else ""), captured[0]))
     finally:
         gg.launch = real
     return out

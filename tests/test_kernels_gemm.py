@@ -192,7 +192,7 @@ def test_gemm1_odd_shapes(H_, I_, cfg):
 
 # ---------------------------------------------------------------------------------- full MoE
 @pytest.mark.parametrize("T", [1, 7, 33])
-@pytest.mark.parametrize("reduce", ["deterministic", "atomic"])
+@pytest.mark.parametrize("reduce", ["deterministic", "atomic", "atomic_out"])
 def test_moe_forward_fp16(T, reduce):
     w13, w2, _, _ = _weights(E, H, I, torch.float16)
     x = _x(T, H, torch.float16)
@@ -217,7 +217,7 @@ def test_moe_forward_fp32_bias_split_k(reduce, split):
     assert _rel(out, ref) < 1e-5
 
 
-@pytest.mark.parametrize("reduce", ["deterministic", "atomic"])
+@pytest.mark.parametrize("reduce", ["deterministic", "atomic", "atomic_out"])
 def test_moe_expert_map_zero_rows(reduce):
     # 6 global experts, local = {0, 2, 5}; tokens 0..2 route only to non-local experts
     E_g, k = 6, 2
@@ -301,6 +301,9 @@ def test_gemm2_a_resident(dtype, I_, n_tiles, tma, max_kc, monkeypatch):
     assert _rel(out, ref) < TOL[dtype]
     full = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
     assert _rel(out, full) < (1e-5 if dtype == torch.float32 else 2 * TOL[dtype])
+    for reduce in ("atomic", "atomic_out"):           # the k-sum as atomic adds into [T, H]
+        at = gemm2(h, w2, res, tw, torch.full_like(out, float("nan")), bias=b2, config=cfg2, reduce=reduce)
+        assert _rel(at, full) < (1e-5 if dtype == torch.float32 else 2 * TOL[dtype]), reduce
     with pytest.raises(ValueError, match="A_RESIDENT"):
         gemm2(h, w2, res, tw, config=dict(cfg2, SPLIT_K=2))
     monkeypatch.setattr(gg, "_RESIDENT_MAX_KC", 8)        # K in 5 or 6 chunks: more than 4

@@ -192,7 +192,9 @@ class TritonExperts(Experts):
         # but that measured slower on the H100: qwen3 fp8_channel T=1 59.9 vs 30.6 us with
         # the quantization kernels, deepseek fp8_block 48.6 vs 32.1; FUSEDMOE_W8A8_DECODE=a8
         # uses the kernels)
-        self.reduce = "deterministic"           # the atomic variant is kept for measurement only
+        # GEMM2's sum over k: deterministic unless the caller allows otherwise and
+        # FUSEDMOE_REDUCE asks for an atomic variant (measurement)
+        self.reduce = "deterministic" if deterministic else (env.reduce() or "deterministic")
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
         self._plans: dict = {}      # decode: shape key -> the two bound launches (_apply_decode)

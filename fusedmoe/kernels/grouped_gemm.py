@@ -19,7 +19,10 @@ The weights are always in halves layout here (backends de-interleave swigluoai o
 GEMM2 multiplies the routing weight in its epilogue, then reduces over k either
   'deterministic': store y [S, n, H], then ``_moe_reduce_kernel`` sums slots (and splits)
                    of each token in a fixed order -> bitwise reproducible;
-  'atomic':        tl.atomic_add into an fp32 [T, H] buffer (zeroed first), then cast.
+  'atomic':        tl.atomic_add into an fp32 [T, H] buffer (zeroed first), then cast;
+  'atomic_out':    tl.atomic_add straight into the (zeroed) output in its own dtype: for a
+                   16-bit output 16-byte vector reds of 8 values (sm_90 red.v8.bf16), no
+                   buffer, no cast, no y; each slot's sum rounded to the output dtype.
 Slots dropped by expert_map are never computed; the reduce skips them (from topk_ids and
 expert_map), and the atomic buffer starts at zero, so tokens with no local slot get 0.
 
@@ -86,7 +89,7 @@ __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_co
 ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3,
                "relu2_no_mul": 4, "silu_no_mul": 5, "gelu_no_mul": 6}
 QUANT_MODES = ("none", "tensor", "channel", "block")
-REDUCE_MODES = ("deterministic", "atomic")
+REDUCE_MODES = ("deterministic", "atomic", "atomic_out")
 _NO_ACT = -1
 
 
@@ -381,7 +384,7 @@ def _gemm_tile(
             sc = tl.where(in_g, s_g[:, None], sc)
         tl.store(c_ptrs, _quantize(acc, sc, "fp8", BITWISE_FP8), mask=c_mask)
     elif ATOMIC:
-        tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+        tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask, sem="relaxed")
     else:
         tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
@@ -527,7 +530,7 @@ def _moe_gemm2_resident_kernel(
     FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, SB_SCALAR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KC: tl.constexpr, NKC: tl.constexpr,
-    N_TILES: tl.constexpr, PDL: tl.constexpr,
+    N_TILES: tl.constexpr, PDL: tl.constexpr, ATOMIC: tl.constexpr = False, C_DIV: tl.constexpr = 1,
 ):
     """GEMM2 with A resident (config A_RESIDENT = N_TILES): program (m-block, group g) loads
     its BM rows of h once, all of K, as NKC <= 4 chunks of KC columns (a power of two <= 256,
@@ -539,8 +542,8 @@ def _moe_gemm2_resident_kernel(
     are software-pipelined across tiles (num_stages), so a tile's loads fly during the
     previous tile's epilogue, and A crosses L2 once per program, not once per tile.
     Operands of one dtype: 16-bit (no scales) or 8-bit with per-tensor (A_SCALE / B_SCALE 1),
-    per-row / per-column (2) or block (3) scales; no split, deterministic y only
-    (``_launch`` checks)."""
+    per-row / per-column (2) or block (3) scales; no split. Output: y rows (slots), or with
+    ATOMIC an atomic add into row slot // C_DIV (``_launch`` checks)."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
@@ -582,7 +585,7 @@ def _moe_gemm2_resident_kernel(
         sb_e = tl.load(b_scale_ptr + e * stride_bse).to(tl.float32)
     if MUL_W:
         w = tl.load(topk_w_ptr + slots, mask=row_ok, other=0.0).to(tl.float32)[:, None]
-    c_rows = c_ptr + rows[:, None] * stride_cm
+    c_rows = c_ptr + (rows // C_DIV)[:, None] * stride_cm
     for j in tl.range(0, N_TILES):
         pid_n = g * N_TILES + j
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -613,8 +616,12 @@ def _moe_gemm2_resident_kernel(
             acc += tl.load(bias_ptr + e * stride_bias_e + offs_bn * stride_bias_n).to(tl.float32)[None, :]
         if MUL_W:
             acc *= w
-        tl.store(c_rows + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & (offs_n < N_OUT)[None, :])
+        if ATOMIC:
+            tl.atomic_add(c_rows + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+                          mask=row_ok[:, None] & (offs_n < N_OUT)[None, :], sem="relaxed")
+        else:
+            tl.store(c_rows + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+                     mask=row_ok[:, None] & (offs_n < N_OUT)[None, :])
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -707,8 +714,9 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     if config.get("A_RESIDENT", 0):
         return _launch_resident(a, b, c, align, n_out=n_out, config=config, bias=bias, topk_weights=topk_weights,
                                 quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
-                                generic_ok=(act == _NO_ACT and a_div == 1 and c_div == 1 and split == 1
-                                            and not atomic and not out_group and not a_group))
+                                atomic=atomic, c_div=c_div,
+                                generic_ok=(act == _NO_ACT and a_div == 1 and split == 1
+                                            and (c_div == 1 or atomic) and not out_group and not a_group))
     assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
     assert not a_group or a_group % BK == 0, "BLOCK_SIZE_K must divide the activation scale group"
     assert not out_group or BN % out_group == 0, "BLOCK_SIZE_N must hold whole output scale groups"
@@ -781,7 +789,7 @@ def resident_chunks(K: int, itemsize: int, block_k: Optional[int] = None) -> Opt
 
 
 def _launch_resident(a, b, c, align, *, n_out, config, bias, topk_weights, quant, a_scale, b_scale, block_shape,
-                     pdl, generic_ok):
+                     pdl, generic_ok, atomic=False, c_div=1):
     """``_moe_gemm2_resident_kernel``: one program per (m-block, group of A_RESIDENT column tiles)."""
     BM, BN, _, _, warps, stages, _ = _cfg(config)
     n_tiles = config["A_RESIDENT"]
@@ -796,7 +804,7 @@ def _launch_resident(a, b, c, align, *, n_out, config, bias, topk_weights, quant
     if not (generic_ok and a.dtype == b.dtype and scales_ok and chunks is not None):
         raise ValueError(
             "config A_RESIDENT is for GEMM2 with operands of one dtype (16-bit without scales, or 8-bit with "
-            "per-tensor, per-channel or block scales on both), no split, the deterministic reduce, and K <= "
+            "per-tensor, per-channel or block scales on both), no split, and K <= "
             f"{_RESIDENT_MAX_CHUNKS * _RESIDENT_MAX_KC} (block scales: K <= {_RESIDENT_MAX_CHUNKS} groups of 32..256) "
             f"(got K = {K}, quant {quant!r}, {a.dtype} x {b.dtype}); drop A_RESIDENT from the config")
     assert isinstance(n_tiles, int) and n_tiles >= 1, "A_RESIDENT is a number of column tiles per program (>= 1)"
@@ -821,7 +829,7 @@ def _launch_resident(a, b, c, align, *, n_out, config, bias, topk_weights, quant
             USE_TMA=b_desc is not None, FP32_IEEE=a.dtype == torch.float32,
             INT_ACC=a.dtype == torch.int8, A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn,
             SB_SCALAR=b_mode == 3 and gn % BN == 0 and n_out % gn == 0,
-            BLOCK_M=BM, BLOCK_N=BN, KC=kc, NKC=nkc, N_TILES=n_tiles, PDL=pdl),
+            BLOCK_M=BM, BLOCK_N=BN, KC=kc, NKC=nkc, N_TILES=n_tiles, PDL=pdl, ATOMIC=atomic, C_DIV=c_div),
         num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
@@ -871,12 +879,12 @@ def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict,
     """(shape, dtype) of the scratch ``gemm2`` needs, or None.
 
     deterministic: y [S, n, H] in out_dtype (fp32 when S > 1: the splits are summed later);
-    atomic: an fp32 [T, H] accumulator unless ``out`` itself is fp32.
+    atomic: an fp32 [T, H] accumulator unless ``out`` itself is fp32; atomic_out: none.
     """
     split = config.get("SPLIT_K", 1)
     if reduce == "deterministic":
         return (split, num_tokens * top_k, hidden), (out_dtype if split == 1 else torch.float32)
-    if out_dtype == torch.float32:
+    if out_dtype == torch.float32 or reduce == "atomic_out":
         return None
     return (num_tokens, hidden), torch.float32
 
@@ -890,7 +898,8 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     """out [T, H] = sum_j topk_weights[t, j] * (h[s] @ w2[e]^T + bias[e]) over kept slots.
 
     h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
-    'deterministic' (bitwise reproducible) or 'atomic'. ``workspace`` as described by
+    'deterministic' (bitwise reproducible), 'atomic' or 'atomic_out' (see the module
+    docstring; both zero ``out`` first and run GEMM2 as an ordinary launch). ``workspace`` as described by
     ``gemm2_workspace_spec`` (allocated when None). Tokens with no kept slot get zeros.
     ``quant`` / scales as in ``gemm1_act`` with M = n rows of h and K = I. ``pdl``: GEMM2
     and the reduce as programmatic dependent launches (as in ``gemm1_act``). ``a_group`` g:
@@ -906,10 +915,13 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     spec = gemm2_workspace_spec(T, k, H, config, reduce, out.dtype)
     if spec is not None and workspace is None:
         workspace = torch.empty(spec[0], dtype=spec[1], device=h.device)
-    atomic = reduce == "atomic"
+    if reduce not in REDUCE_MODES:
+        raise ValueError(f"reduce must be one of {REDUCE_MODES} (got {reduce!r})")
+    atomic = reduce != "deterministic"
     if atomic:
-        c = out if spec is None else workspace                                   # fp32 [T, H]
+        c = out if spec is None else workspace                                   # [T, H]
         c.zero_()
+        pdl = False      # its programs must not start before the zeroing is done
         c_div, stride_cs = k, 0
     else:
         c, c_div, stride_cs = workspace[0], 1, workspace.stride(0)               # y [S, n, H]
