@@ -11,7 +11,7 @@ run() {  # tag, timeout, bench args...
   for mode in deterministic atomic_out; do
     FUSEDMOE_REDUCE=$mode timeout "$t" python3 -m fusedmoe bench --peers none --backend triton --no-progress "$@" \
       > "$OUT/ab_${tag}_${mode}.txt" 2>&1
-    echo "== $tag $mode rc=$?"; grep -E "^\s*(triton|T )|FAIL|rror" "$OUT/ab_${tag}_${mode}.txt" | head -20
+    echo "== $tag $mode rc=$?"; grep -E "triton|==|FAIL|rror" "$OUT/ab_${tag}_${mode}.txt" | head -20
   done
 }
 run ds 120 --model deepseek-v3 --tp 8 --tokens 256,1024,4096,16384 --quant none,fp8_block
