@@ -1,0 +1,225 @@
+"""Warp-specialized grouped GEMMs (triton's Hopper autoWS) against the shipped kernels, per GEMM.
+
+    python3 benchmarks/ws_ab.py [--cases qwen3:16384:none,...] [--out FILE]   (on an sm_90 GPU)
+
+Why: triton 3.6 partitions a `tl.range(..., warp_specialize=True)` loop on sm_90 into a TMA
+producer warp group and two consumer warp groups (12 warps, setmaxnreg) when the kernel is
+launched with num_warps=4 AND both dot operands come from tensor descriptors (a pointer load in
+the loop fails the pass; triton 3.9 crashes on num_warps=4 and ignores it on 8). The grouped
+GEMMs gather A rows through sorted_ids (pointer loads), so a warp-specialized version needs A
+in sorted order: GEMM1 reads x_sorted [max_padded, H] (a gathered copy: the W8A8 x quantizer
+could write it), GEMM2 reads h_sorted (GEMM1 writes h in sorted order instead of slot order).
+This script measures the GEMMs alone: the shipped kernel and config vs prototype kernels with
+and without warp specialization over a few tiles, plus the cost of the gathered copy, and
+checks each prototype's output against the shipped kernel's.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+
+@triton.jit
+def _proto_gemm(a_desc, b_desc, c_ptr, sorted_ptr, eids_ptr, ntpp_ptr, as_ptr, bs_ptr, w_ptr,
+                N_OUT, num_pairs, num_m, stride_cm, K: tl.constexpr,
+                C_DIV: tl.constexpr, GATED: tl.constexpr, SCALES: tl.constexpr, MUL_W: tl.constexpr,
+                SORTED_OUT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                GROUP_M: tl.constexpr, WS: tl.constexpr):
+    pid = tl.program_id(0)
+    num_n = tl.cdiv(N_OUT, BN)
+    in_group = GROUP_M * num_n
+    first_m = (pid // in_group) * GROUP_M
+    rows_in_group = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % rows_in_group
+    pid_n = (pid % in_group) // rows_in_group
+    e = tl.load(eids_ptr + pid_m)
+    live = (pid_m * BM < tl.load(ntpp_ptr)) & (e >= 0)
+    if live:
+        nb = N_OUT * (2 if GATED else 1)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in tl.range(0, K, BK, warp_specialize=WS):
+            a = a_desc.load([pid_m * BM, k])
+            b = b_desc.load([e * nb + pid_n * BN, k])
+            acc = tl.dot(a, b.T, acc)
+            if GATED:
+                bu = b_desc.load([e * nb + N_OUT + pid_n * BN, k])
+                acc_u = tl.dot(a, bu.T, acc_u)
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        n_ok = offs_n < N_OUT
+        if SCALES:      # per-row A scales (sorted order), per-column B scales
+            sa = tl.load(as_ptr + offs_m)[:, None]
+            acc = acc * sa * tl.load(bs_ptr + e * nb + offs_n, mask=n_ok, other=0.0)[None, :]
+            if GATED:
+                acc_u = acc_u * sa * tl.load(bs_ptr + e * nb + N_OUT + offs_n, mask=n_ok, other=0.0)[None, :]
+        if GATED:
+            acc = acc * tl.sigmoid(acc) * acc_u
+        slots = tl.load(sorted_ptr + offs_m)
+        ok = slots < num_pairs
+        if MUL_W:
+            acc = acc * tl.load(w_ptr + slots, mask=ok, other=0.0)[:, None]
+        if SORTED_OUT:      # every row, padding included (GEMM2 reads them, never stores them)
+            tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty),
+                     mask=n_ok[None, :])
+        else:
+            tl.store(c_ptr + (slots // C_DIV).to(tl.int64)[:, None] * stride_cm + offs_n[None, :],
+                     acc.to(c_ptr.dtype.element_ty), mask=ok[:, None] & n_ok[None, :])
+
+
+def proto(a_sorted, w, c, align, *, n_out, gated, c_div, sorted_out, bn, bk, stages, ws, warps,
+          a_scale_sorted=None, b_scale=None, topk_w=None, group_m=8):
+    BM = align.block_m
+    K = a_sorted.shape[1]
+    num_m = align.max_padded // BM
+    a_desc = TensorDescriptor.from_tensor(a_sorted, [BM, bk])
+    b_desc = TensorDescriptor.from_tensor(w.view(-1, K), [bn, bk])
+    grid = (num_m * triton.cdiv(n_out, bn),)
+    dummy = align.sorted_ids
+    _proto_gemm[grid](a_desc, b_desc, c, align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
+                      a_scale_sorted if a_scale_sorted is not None else dummy,
+                      b_scale if b_scale is not None else dummy, topk_w if topk_w is not None else dummy,
+                      n_out, align.num_pairs, num_m, c.stride(0), K=K, C_DIV=c_div, GATED=gated,
+                      SCALES=a_scale_sorted is not None, MUL_W=topk_w is not None, SORTED_OUT=sorted_out,
+                      BM=BM, BN=bn, BK=bk, GROUP_M=group_m, WS=ws, num_warps=warps, num_stages=stages)
+
+
+def bench_us(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median") * 1e3
+
+
+def rel(a, b) -> float:
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def run_case(preset: str, tp: int, T: int, scheme: str, which: str, log):
+    from fusedmoe.kernels import grouped_gemm as gg
+    from fusedmoe.kernels.align import align_block_size
+    from fusedmoe.platform import Platform
+    from fusedmoe.presets import get_preset
+    from fusedmoe.tuning import LaunchConfigs
+    cfg = get_preset(preset).to_config(tp=tp)
+    E, H, I, k = cfg.num_local_experts, cfg.hidden_size, cfg.intermediate_size, cfg.top_k
+    dev = "cuda"
+    fp8 = scheme == "fp8_channel"
+    dt = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(0)
+    c1, c2 = LaunchConfigs.for_config(cfg, scheme, Platform.current()).get(T)
+    BM = c1["BLOCK_SIZE_M"]
+    log(f"\n== {preset} tp{tp} T={T} {scheme} {which}: shipped gemm1 {c1} gemm2 {c2}")
+    ids = torch.stack([torch.randperm(E, device=dev, generator=g)[:k] for _ in range(T)]).to(torch.int32)
+    tw = torch.rand(T, k, device=dev, generator=g)
+    align = align_block_size(ids, BM, E)            # the shipped kernels'
+    n = T * k
+    palign = align_block_size(ids, 128, E)          # the prototypes': BM 128 (two 64-row consumers)
+    mp = palign.max_padded
+    sorted_ids = palign.sorted_ids
+    pos_ok = sorted_ids < n
+    q = {}
+    if which == "gemm1":
+        x = torch.randn(T, H, device=dev, generator=g).to(dt)
+        w = (torch.randn(E, 2 * I, H, device=dev, generator=g) / H ** 0.5).to(dt)
+        if fp8:
+            xs = torch.rand(T, 1, device=dev, generator=g) * 0.01 + 0.005
+            ws_ = torch.rand(E, 2 * I, device=dev, generator=g) * 0.01 + 0.005
+            q = dict(quant="channel", a_scale=xs, b_scale=ws_)
+        h = torch.empty(n, I, device=dev, dtype=torch.bfloat16)
+        shipped = lambda: gg.gemm1_act(x, w, align, k, "silu", h, config=c1, **q)  # noqa: E731
+        rows = torch.where(pos_ok, sorted_ids // k, 0).long()
+        x_sorted = x.view(torch.uint8)[rows].view(dt) if fp8 else x[rows]
+        gather_us = bench_us(lambda: torch.index_select(x.view(torch.uint8) if fp8 else x, 0, rows))
+        as_sorted = q["a_scale"][rows, 0].contiguous() if fp8 else None
+        out = torch.empty(mp, I, device=dev, dtype=torch.bfloat16)
+        kw = dict(n_out=I, gated=True, c_div=1, sorted_out=True, a_scale_sorted=as_sorted,
+                  b_scale=q.get("b_scale"))
+        a_sorted = x_sorted
+        bns = (64, 128)
+
+        def check():
+            return rel(out[pos_ok], h[sorted_ids[pos_ok].long()])
+    else:
+        hq = torch.randn(n, I, device=dev, generator=g).to(dt)
+        w = (torch.randn(E, H, I, device=dev, generator=g) / I ** 0.5).to(dt)
+        if fp8:
+            hs = torch.rand(n, 1, device=dev, generator=g) * 0.01 + 0.005
+            ws_ = torch.rand(E, H, device=dev, generator=g) * 0.01 + 0.005
+            q = dict(quant="channel", a_scale=hs, b_scale=ws_)
+        y = torch.empty(n, H, device=dev, dtype=torch.bfloat16)
+        shipped = lambda: gg._launch(hq, w, y, align, n_out=H, a_div=1, c_div=1, act=gg._NO_ACT, config=c2,  # noqa: E731
+                                     topk_weights=tw, **q)
+        slots = torch.where(pos_ok, sorted_ids, 0).long()
+        a_sorted = hq.view(torch.uint8)[slots].view(dt) if fp8 else hq[slots]
+        gather_us = float("nan")
+        as_sorted = q["a_scale"][slots, 0].contiguous() if fp8 else None
+        out = torch.empty(n, H, device=dev, dtype=torch.bfloat16)
+        kw = dict(n_out=H, gated=False, c_div=1, sorted_out=False, a_scale_sorted=as_sorted,
+                  b_scale=q.get("b_scale"), topk_w=tw)
+        bns = (128, 256)
+
+        def check():
+            return rel(out, y)
+    flops = 2 * n * H * I * (2 if which == "gemm1" else 1)
+    shipped()
+    torch.cuda.synchronize()
+    us = bench_us(shipped)
+    log(f"  shipped                     {us:8.1f} us  {flops / us / 1e6:6.0f} TFLOP/s"
+        + (f"   (gathered copy of x: {gather_us:.1f} us)" if which == "gemm1" else ""))
+    bk = 128 if fp8 else 64
+    best = (us, "shipped")
+    for ws in (True, False):
+        for bn in bns:
+            for st in (3, 4):
+                for warps in ((4,) if ws else (8,)):
+                    tag = f"{'WS' if ws else 'no-WS'} BN {bn} BK {bk} s{st} w{warps}"
+                    try:
+                        out.zero_()
+                        proto(a_sorted, w, out, palign, bn=bn, bk=bk, stages=st, ws=ws, warps=warps, **kw)
+                        torch.cuda.synchronize()
+                        err = check()
+                        t = bench_us(lambda: proto(a_sorted, w, out, palign, bn=bn, bk=bk, stages=st, ws=ws,  # noqa: B023
+                                                   warps=warps, **kw))
+                        log(f"  {tag:28s}{t:8.1f} us  {flops / t / 1e6:6.0f} TFLOP/s  rel err {err:.2e}")
+                        if err < 2e-2 and t < best[0]:
+                            best = (t, tag)
+                    except Exception as ex:  # noqa: BLE001
+                        log(f"  {tag:28s} FAILED {type(ex).__name__}: {str(ex)[:160]}")
+    log(f"  best: {best[1]} {best[0]:.1f} us ({us / best[0]:.2f}x the shipped kernel)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="qwen3-30b-a3b:1:16384:fp8_channel:gemm1,qwen3-30b-a3b:1:16384:fp8_channel:gemm2")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--deadline", type=float, default=540.0)
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    f = open(a.out, "w") if a.out else None
+
+    def log(s):
+        print(s, flush=True)
+        if f:
+            f.write(s + "\n")
+            f.flush()
+    log(f"device {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
+    for c in a.cases.split(","):
+        if time.time() - t0 > a.deadline:
+            log(f"deadline: skipped {c}")
+            continue
+        p, tp, T, s, which = c.split(":")
+        run_case(p, int(tp), int(T), s, which, log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
