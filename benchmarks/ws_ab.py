@@ -34,7 +34,7 @@ def _proto_gemm(a_desc, b_desc, c_ptr, sorted_ptr, eids_ptr, ntpp_ptr, as_ptr, b
                 N_OUT, num_pairs, num_m, stride_cm, K: tl.constexpr,
                 C_DIV: tl.constexpr, GATED: tl.constexpr, SCALES: tl.constexpr, MUL_W: tl.constexpr,
                 SORTED_OUT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                GROUP_M: tl.constexpr, WS: tl.constexpr):
+                GROUP_M: tl.constexpr, WS: tl.constexpr, NO_IF: tl.constexpr = False):
     pid = tl.program_id(0)
     num_n = tl.cdiv(N_OUT, BN)
     in_group = GROUP_M * num_n
@@ -44,6 +44,9 @@ def _proto_gemm(a_desc, b_desc, c_ptr, sorted_ptr, eids_ptr, ntpp_ptr, as_ptr, b
     pid_n = (pid % in_group) // rows_in_group
     e = tl.load(eids_ptr + pid_m)
     live = (pid_m * BM < tl.load(ntpp_ptr)) & (e >= 0)
+    if NO_IF:       # no branch around the warp-specialized loop: dead tiles compute expert 0
+        e = tl.maximum(e, 0)
+        live = True
     if live:
         nb = N_OUT * (2 if GATED else 1)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
@@ -77,8 +80,47 @@ def _proto_gemm(a_desc, b_desc, c_ptr, sorted_ptr, eids_ptr, ntpp_ptr, as_ptr, b
                      acc.to(c_ptr.dtype.element_ty), mask=ok[:, None] & n_ok[None, :])
 
 
+@triton.jit
+def _plain_mm(a_desc, b_desc, c_ptr, N, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              WS: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in tl.range(0, K, BK, warp_specialize=WS):
+        acc = tl.dot(a_desc.load([pid_m * BM, k]), b_desc.load([pid_n * BN, k]).T, acc)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :], acc.to(tl.bfloat16))
+
+
+def plain_case(dt_name: str, variant: str, log):
+    """A dense [8192, 8192] x [8192, 8192]^T GEMM: does warp specialization run, and pay?"""
+    dt = torch.float8_e4m3fn if dt_name == "fp8" else torch.bfloat16
+    M = N = K = 8192
+    a = torch.randn(M, K, device="cuda").to(dt)
+    b = torch.randn(N, K, device="cuda").to(dt)
+    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    ws, bn, st, warps = _parse_variant(variant)
+    bk = 128 if dt_name == "fp8" else 64
+    ad = TensorDescriptor.from_tensor(a, [128, bk])
+    bd = TensorDescriptor.from_tensor(b, [bn, bk])
+    fn = lambda: _plain_mm[(M // 128, N // bn)](ad, bd, c, N, K=K, BM=128, BN=bn, BK=bk, WS=ws,  # noqa: E731
+                                                 num_warps=warps, num_stages=st)
+    fn()
+    torch.cuda.synchronize()
+    err = rel(c, (a.float() @ b.float().T))
+    t = bench_us(fn)
+    log(f"  plain {dt_name} {variant:24s}{t:8.1f} us  {2 * M * N * K / t / 1e6:6.0f} TFLOP/s  rel err {err:.2e}")
+
+
+def _parse_variant(v: str):
+    """'ws:bn:stages:warps' -> (bool, int, int, int)."""
+    w, bn, st, warps = v.split(":")
+    return w == "ws", int(bn), int(st), int(warps)
+
+
 def proto(a_sorted, w, c, align, *, n_out, gated, c_div, sorted_out, bn, bk, stages, ws, warps,
-          a_scale_sorted=None, b_scale=None, topk_w=None, group_m=8):
+          a_scale_sorted=None, b_scale=None, topk_w=None, group_m=8, no_if=False):
     BM = align.block_m
     K = a_sorted.shape[1]
     num_m = align.max_padded // BM
@@ -91,7 +133,7 @@ def proto(a_sorted, w, c, align, *, n_out, gated, c_div, sorted_out, bn, bk, sta
                       b_scale if b_scale is not None else dummy, topk_w if topk_w is not None else dummy,
                       n_out, align.num_pairs, num_m, c.stride(0), K=K, C_DIV=c_div, GATED=gated,
                       SCALES=a_scale_sorted is not None, MUL_W=topk_w is not None, SORTED_OUT=sorted_out,
-                      BM=BM, BN=bn, BK=bk, GROUP_M=group_m, WS=ws, num_warps=warps, num_stages=stages)
+                      BM=BM, BN=bn, BK=bk, GROUP_M=group_m, WS=ws, NO_IF=no_if, num_warps=warps, num_stages=stages)
 
 
 def bench_us(fn) -> float:
@@ -103,7 +145,7 @@ def rel(a, b) -> float:
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def run_case(preset: str, tp: int, T: int, scheme: str, which: str, log):
+def run_case(preset: str, tp: int, T: int, scheme: str, which: str, variant: str, log):
     from fusedmoe.kernels import grouped_gemm as gg
     from fusedmoe.kernels.align import align_block_size
     from fusedmoe.platform import Platform
@@ -117,8 +159,9 @@ def run_case(preset: str, tp: int, T: int, scheme: str, which: str, log):
     g = torch.Generator(device=dev).manual_seed(0)
     c1, c2 = LaunchConfigs.for_config(cfg, scheme, Platform.current()).get(T)
     BM = c1["BLOCK_SIZE_M"]
-    log(f"\n== {preset} tp{tp} T={T} {scheme} {which}: shipped gemm1 {c1} gemm2 {c2}")
-    ids = torch.stack([torch.randperm(E, device=dev, generator=g)[:k] for _ in range(T)]).to(torch.int32)
+    if variant == "shipped":
+        log(f"  shipped configs: gemm1 {c1} gemm2 {c2}")
+    ids = torch.rand(T, E, device=dev, generator=g).argsort(dim=1)[:, :k].to(torch.int32).contiguous()
     tw = torch.rand(T, k, device=dev, generator=g)
     align = align_block_size(ids, BM, E)            # the shipped kernels'
     n = T * k
@@ -144,7 +187,6 @@ def run_case(preset: str, tp: int, T: int, scheme: str, which: str, log):
         kw = dict(n_out=I, gated=True, c_div=1, sorted_out=True, a_scale_sorted=as_sorted,
                   b_scale=q.get("b_scale"))
         a_sorted = x_sorted
-        bns = (64, 128)
 
         def check():
             return rel(out[pos_ok], h[sorted_ids[pos_ok].long()])
@@ -165,44 +207,50 @@ def run_case(preset: str, tp: int, T: int, scheme: str, which: str, log):
         out = torch.empty(n, H, device=dev, dtype=torch.bfloat16)
         kw = dict(n_out=H, gated=False, c_div=1, sorted_out=False, a_scale_sorted=as_sorted,
                   b_scale=q.get("b_scale"), topk_w=tw)
-        bns = (128, 256)
 
         def check():
             return rel(out, y)
     flops = 2 * n * H * I * (2 if which == "gemm1" else 1)
-    shipped()
-    torch.cuda.synchronize()
-    us = bench_us(shipped)
-    log(f"  shipped                     {us:8.1f} us  {flops / us / 1e6:6.0f} TFLOP/s"
-        + (f"   (gathered copy of x: {gather_us:.1f} us)" if which == "gemm1" else ""))
+    if variant == "shipped":
+        shipped()
+        torch.cuda.synchronize()
+        us = bench_us(shipped)
+        log(f"  shipped                     {us:8.1f} us  {flops / us / 1e6:6.0f} TFLOP/s"
+            + (f"   (gathered copy of x: {gather_us:.1f} us)" if which == "gemm1" else ""))
+        return
+    ws, bn, st, warps = _parse_variant(variant[:variant.rindex(":noif")] if variant.endswith(":noif") else variant)
+    no_if = variant.endswith(":noif")
     bk = 128 if fp8 else 64
-    best = (us, "shipped")
-    for ws in (True, False):
-        for bn in bns:
-            for st in (3, 4):
-                for warps in ((4,) if ws else (8,)):
-                    tag = f"{'WS' if ws else 'no-WS'} BN {bn} BK {bk} s{st} w{warps}"
-                    try:
-                        out.zero_()
-                        proto(a_sorted, w, out, palign, bn=bn, bk=bk, stages=st, ws=ws, warps=warps, **kw)
-                        torch.cuda.synchronize()
-                        err = check()
-                        t = bench_us(lambda: proto(a_sorted, w, out, palign, bn=bn, bk=bk, stages=st, ws=ws,  # noqa: B023
-                                                   warps=warps, **kw))
-                        log(f"  {tag:28s}{t:8.1f} us  {flops / t / 1e6:6.0f} TFLOP/s  rel err {err:.2e}")
-                        if err < 2e-2 and t < best[0]:
-                            best = (t, tag)
-                    except Exception as ex:  # noqa: BLE001
-                        log(f"  {tag:28s} FAILED {type(ex).__name__}: {str(ex)[:160]}")
-    log(f"  best: {best[1]} {best[0]:.1f} us ({us / best[0]:.2f}x the shipped kernel)")
+    shipped()                   # the reference output for check()
+    out.zero_()
+    proto(a_sorted, w, out, palign, bn=bn, bk=bk, stages=st, ws=ws, warps=warps, no_if=no_if, **kw)
+    torch.cuda.synchronize()
+    err = check()
+    t = bench_us(lambda: proto(a_sorted, w, out, palign, bn=bn, bk=bk, stages=st, ws=ws, warps=warps, no_if=no_if,
+                               **kw))
+    log(f"  {variant:28s}{t:8.1f} us  {flops / t / 1e6:6.0f} TFLOP/s  rel err {err:.2e}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default="qwen3-30b-a3b:1:16384:fp8_channel:gemm1,qwen3-30b-a3b:1:16384:fp8_channel:gemm2")
+    ap.add_argument("--cases", default="plain:fp8,qwen3-30b-a3b:1:16384:fp8_channel:gemm2")
+    ap.add_argument("--variants", default="shipped,ws:128:3:4,ws:128:3:4:noif,nows:128:3:8",
+                    help="'shipped' or ws|nows:BN:stages:warps[:noif] (BN of the prototype; plain cases skip "
+                         "'shipped' and ':noif')")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per variant (a child process each)")
     ap.add_argument("--deadline", type=float, default=540.0)
+    ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.child:                 # one (case, variant) in this process
+        case, variant = a.child
+        if case.startswith("plain:"):
+            plain_case(case.split(":")[1], variant, print)
+        else:
+            p, tp, T, s_, which = case.split(":")
+            run_case(p, int(tp), int(T), s_, which, variant, print)
+        return 0
+    import subprocess
     t0 = time.time()
     f = open(a.out, "w") if a.out else None
 
@@ -213,11 +261,24 @@ def main(argv=None) -> int:
             f.flush()
     log(f"device {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
     for c in a.cases.split(","):
-        if time.time() - t0 > a.deadline:
-            log(f"deadline: skipped {c}")
-            continue
-        p, tp, T, s, which = c.split(":")
-        run_case(p, int(tp), int(T), s, which, log)
+        log(f"\n== {c}")
+        for v in a.variants.split(","):
+            if c.startswith("plain:") and (v == "shipped" or v.endswith(":noif")):
+                continue
+            if time.time() - t0 > a.deadline:
+                log(f"  deadline: skipped {v}")
+                continue
+            try:
+                r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", c, v], capture_output=True,
+                                   text=True, timeout=a.timeout)
+                lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+                if r.returncode:
+                    err = [ln for ln in r.stderr.splitlines() if ln.strip()][-3:]
+                    lines.append(f"  {v:28s} FAILED rc {r.returncode}: {' | '.join(err)[:300]}")
+            except subprocess.TimeoutExpired:
+                lines = [f"  {v:28s} HUNG (killed after {a.timeout:.0f} s)"]
+            for ln in lines:
+                log(ln)
     return 0
 
 
