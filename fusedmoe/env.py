@@ -39,6 +39,14 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | ``epilogue``: in GEMM1's epilogue, fp8 in 1 x g groups        |
 |                             | (fp8_block: its own 1 x bk; fp8_channel: 1 x 128, finer than  |
 |                             | its per-token rule). H100: epilogue 3-19% slower at T >= 4096 |
+| FUSEDMOE_REDUCE             | how the ``triton`` grouped GEMM2 sums a token's k slots when  |
+|                             | the caller did not ask for determinism: ``deterministic``     |
+|                             | (default: y [T*k, H], then a fixed-order reduce kernel;       |
+|                             | bitwise reproducible), ``atomic_out`` (atomic adds straight   |
+|                             | into the 16-bit output: no y, no reduce; run-to-run bits      |
+|                             | vary; H100 2-6% faster except deepseek-v3 tp8 T=16384, 3-6%   |
+|                             | slower), ``atomic`` (an fp32 buffer, then a cast). Ignored    |
+|                             | (deterministic) when ``deterministic=True`` is asked for      |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ

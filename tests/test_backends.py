@@ -346,6 +346,37 @@ def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
         build("triton", cfg, w)
 
 
+@pytest.mark.parametrize("scheme", ["none", "fp8_channel"])
+def test_triton_reduce_modes(mk, monkeypatch, scheme):
+    # FUSEDMOE_REDUCE: how the grouped GEMM2 sums a token's k slots when the caller did not ask
+    # for determinism ('atomic_out': atomic adds into the output itself, no y, no reduce
+    # kernel); deterministic=True keeps the fixed-order reduce whatever it says. Every mode
+    # matches the reference (T = 64, k = 2: the grouped path); the report names the mode.
+    from fusedmoe.backends.triton import _variants
+    cuda = torch.cuda.is_available()
+    dev = "cuda" if cuda else "cpu"
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")
+    w = mk.weights(cfg, scheme, seed=71).to(dev)
+    x, logits = mk.x(cfg, 64, seed=72).to(dev), mk.logits(cfg, 64, seed=73).to(dev)
+    outs = {}
+    for mode in ("deterministic", "atomic_out", "atomic"):
+        monkeypatch.setenv("FUSEDMOE_REDUCE", mode)
+        for det in (False, True):
+            pe = prepare_experts(cfg, w, "triton", deterministic=det)
+            assert pe.kernel.experts.reduce == ("deterministic" if det else mode)
+            out = check(pe, cfg, w, x, logits)[0]
+            if not det:
+                outs[mode] = out
+        line = _variants(cfg, w.scheme, Platform.current())["T=1024"]
+        assert (f"FUSEDMOE_REDUCE={mode}" in line) == (mode != "deterministic")
+    # the k-sum rounded once (deterministic, atomic via fp32) or per slot (atomic_out)
+    assert rel_error(outs["atomic"], outs["deterministic"]) < 1e-2
+    assert rel_error(outs["atomic_out"], outs["deterministic"]) < 1e-2
+    monkeypatch.setenv("FUSEDMOE_REDUCE", "fast")
+    with pytest.raises(ValueError, match="FUSEDMOE_REDUCE='fast'.*accepted: 'deterministic', 'atomic' or"):
+        prepare_experts(cfg, w, "triton")
+
+
 def test_triton_decode_pair_bounds(monkeypatch):
     # the measured crossovers (backends/triton.py docstring): 16-bit E/4; W8A8 with 16-bit
     # activations min(E/4, 32); W8A8 quantized (a8) E/16; tensor cores (tc, auto) min(E/2, 128)

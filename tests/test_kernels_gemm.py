@@ -596,7 +596,7 @@ def test_gpu_bf16_real_sizes(shape, T):
     x = _x(T, H_, torch.bfloat16)
     tw, ids = _routing(T, E_, k)
     ref = moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=torch.bfloat16)
-    for reduce in ("deterministic", "atomic"):
+    for reduce in ("deterministic", "atomic", "atomic_out"):
         out = moe_forward_triton(x, w13, w2, tw, ids, "silu", reduce=reduce)
         assert _frob(out, ref) < 1e-2, reduce
     a = moe_forward_triton(x, w13, w2, tw, ids, "silu")

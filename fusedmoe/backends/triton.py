@@ -585,12 +585,18 @@ def _variants(config, quant, platform):
         hq = (f"; h quantized in GEMM1's epilogue (fp8, 1 x {g} groups"
               + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
               + "; FUSEDMOE_H_QUANT)") if g else ""
+        red = env.reduce() or "deterministic"
+        red_txt = ("" if red == "deterministic" else
+                   f"; GEMM2's k-sum as atomic adds into {'the output' if red == 'atomic_out' else 'an fp32 buffer'} "
+                   f"(FUSEDMOE_REDUCE={red}: not bitwise reproducible; the fixed-order reduce when "
+                   "deterministic=True)")
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
-                         + hq
-                         + ("; the alignment's scan and scatter (> 512 pairs), GEMM1, GEMM2 and the reduce "
-                            "(and a requantization between) as programmatic dependent launches" if prefill_pdl_ok(platform)
+                         + hq + red_txt
+                         + ("; the alignment's scan and scatter (> 512 pairs), GEMM1, "
+                            + ("GEMM2 and the reduce" if red == "deterministic" else "(not GEMM2: it follows the zeroing)")
+                            + " (and a requantization between) as programmatic dependent launches" if prefill_pdl_ok(platform)
                             and prefill_pdl_bound(config, T) else ""))
     return out
 
