@@ -93,6 +93,36 @@ def _plain_mm(a_desc, b_desc, c_ptr, N, K: tl.constexpr, BM: tl.constexpr, BN: t
     tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :], acc.to(tl.bfloat16))
 
 
+@triton.jit
+def _plain_mm_dev(a_ptr, b_ptr, c_ptr, M, N, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr, WS: tl.constexpr, FLAT: tl.constexpr):
+    """_plain_mm with device-side tensor descriptors (triton's persistent-matmul tutorial's
+    warp-specialized form); FLAT: a persistent tile loop around the K loop."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    if FLAT:
+        num_n = N // BN
+        tiles = (M // BM) * num_n
+        for t in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            pid_m = t // num_n
+            pid_n = t % num_n
+            acc = tl.zeros((BM, BN), dtype=tl.float32)
+            for k in tl.range(0, K, BK, warp_specialize=WS):
+                acc = tl.dot(a_desc.load([pid_m * BM, k]), b_desc.load([pid_n * BN, k]).T, acc)
+            offs_m = pid_m * BM + tl.arange(0, BM)
+            offs_n = pid_n * BN + tl.arange(0, BN)
+            tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :], acc.to(tl.bfloat16))
+    else:
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in tl.range(0, K, BK, warp_specialize=WS):
+            acc = tl.dot(a_desc.load([pid_m * BM, k]), b_desc.load([pid_n * BN, k]).T, acc)
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :], acc.to(tl.bfloat16))
+
+
 def plain_case(dt_name: str, variant: str, log):
     """A dense [8192, 8192] x [8192, 8192]^T GEMM: does warp specialization run, and pay?"""
     dt = torch.float8_e4m3fn if dt_name == "fp8" else torch.bfloat16
@@ -100,12 +130,19 @@ def plain_case(dt_name: str, variant: str, log):
     a = torch.randn(M, K, device="cuda").to(dt)
     b = torch.randn(N, K, device="cuda").to(dt)
     c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-    ws, bn, st, warps = _parse_variant(variant)
+    dev_desc, flat = variant.endswith(":dev"), variant.endswith(":flat")
+    ws, bn, st, warps = _parse_variant(variant.rsplit(":", 1)[0] if dev_desc or flat else variant)
     bk = 128 if dt_name == "fp8" else 64
-    ad = TensorDescriptor.from_tensor(a, [128, bk])
-    bd = TensorDescriptor.from_tensor(b, [bn, bk])
-    fn = lambda: _plain_mm[(M // 128, N // bn)](ad, bd, c, N, K=K, BM=128, BN=bn, BK=bk, WS=ws,  # noqa: E731
-                                                 num_warps=warps, num_stages=st)
+    if dev_desc or flat:        # device-side descriptors need a global scratch allocator
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+        grid = (torch.cuda.get_device_properties(0).multi_processor_count,) if flat else (M // 128, N // bn)
+        fn = lambda: _plain_mm_dev[grid](a, b, c, M, N, K=K, BM=128, BN=bn, BK=bk, WS=ws, FLAT=flat,  # noqa: E731
+                                         num_warps=warps, num_stages=st)
+    else:
+        ad = TensorDescriptor.from_tensor(a, [128, bk])
+        bd = TensorDescriptor.from_tensor(b, [bn, bk])
+        fn = lambda: _plain_mm[(M // 128, N // bn)](ad, bd, c, N, K=K, BM=128, BN=bn, BK=bk, WS=ws,  # noqa: E731
+                                                     num_warps=warps, num_stages=st)
     fn()
     torch.cuda.synchronize()
     err = rel(c, (a.float() @ b.float().T))
@@ -263,7 +300,8 @@ def main(argv=None) -> int:
     for c in a.cases.split(","):
         log(f"\n== {c}")
         for v in a.variants.split(","):
-            if c.startswith("plain:") and (v == "shipped" or v.endswith(":noif")):
+            if c.startswith("plain:") and (v == "shipped" or v.endswith(":noif")) or (
+                    not c.startswith("plain:") and (v.endswith(":dev") or v.endswith(":flat"))):
                 continue
             if time.time() - t0 > a.deadline:
                 log(f"  deadline: skipped {v}")
