@@ -160,7 +160,7 @@ def main(argv=None) -> int:
         name, _, tp = spec.partition(":")
         cfg, fn = build(name, int(tp or 1), args.quant, args.backend)
         if args.reduce:
-            fn.kernel.experts.reduce = args.reduce
+            fn.kernel.experts._reduce = args.reduce
         for T in [int(t) for t in args.tokens.split(",")]:
             g = torch.Generator().manual_seed(T)
             x = torch.randn(T, cfg.hidden_size, generator=g).to(cfg.torch_dtype).cuda()

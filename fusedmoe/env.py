@@ -41,12 +41,13 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | its per-token rule). H100: epilogue 3-19% slower at T >= 4096 |
 | FUSEDMOE_REDUCE             | how the ``triton`` grouped GEMM2 sums a token's k slots when  |
 |                             | the caller did not ask for determinism: ``deterministic``     |
-|                             | (default: y [T*k, H], then a fixed-order reduce kernel;       |
-|                             | bitwise reproducible), ``atomic_out`` (atomic adds straight   |
-|                             | into the 16-bit output: no y, no reduce; run-to-run bits      |
-|                             | vary; H100 2-6% faster except deepseek-v3 tp8 T=16384, 3-6%   |
-|                             | slower), ``atomic`` (an fp32 buffer, then a cast). Ignored    |
-|                             | (deterministic) when ``deterministic=True`` is asked for      |
+|                             | (y [T*k, H], then a fixed-order reduce kernel; bitwise        |
+|                             | reproducible), ``atomic_out`` (atomic adds straight into the  |
+|                             | 16-bit output: no y, no reduce; the bits vary run to run),    |
+|                             | ``atomic`` (an fp32 buffer, then a cast). Unset: the          |
+|                             | backend's rule (``reduce_rule``: atomic_out where the H100    |
+|                             | measured it 2-7% faster). Ignored (deterministic) when        |
+|                             | ``deterministic=True`` is asked for                           |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first
 launch and again after ``fusedmoe.kernels.launcher.reset()`` (a per-launch read of os.environ
@@ -157,7 +158,8 @@ def h_quant() -> str:
 def reduce() -> str | None:
     """FUSEDMOE_REDUCE: how the triton backend's grouped GEMM2 sums a token's k slots when
     the caller did not ask for determinism: 'deterministic', 'atomic' (fp32 buffer) or
-    'atomic_out' (atomic adds into the output); None (unset): the backend's rule."""
+    'atomic_out' (atomic adds into the output); None (unset): the backend's rule
+    (backends/triton.py ``reduce_rule``)."""
     v = os.environ.get("FUSEDMOE_REDUCE", "").strip().lower()
     if not v:
         return None

@@ -363,7 +363,7 @@ def test_triton_reduce_modes(mk, monkeypatch, scheme):
         monkeypatch.setenv("FUSEDMOE_REDUCE", mode)
         for det in (False, True):
             pe = prepare_experts(cfg, w, "triton", deterministic=det)
-            assert pe.kernel.experts.reduce == ("deterministic" if det else mode)
+            assert pe.kernel.experts.reduce_for(64) == ("deterministic" if det else mode)
             out = check(pe, cfg, w, x, logits)[0]
             if not det:
                 outs[mode] = out
@@ -375,6 +375,25 @@ def test_triton_reduce_modes(mk, monkeypatch, scheme):
     monkeypatch.setenv("FUSEDMOE_REDUCE", "fast")
     with pytest.raises(ValueError, match="FUSEDMOE_REDUCE='fast'.*accepted: 'deterministic', 'atomic' or"):
         prepare_experts(cfg, w, "triton")
+
+
+def test_triton_reduce_rule():
+    # unset FUSEDMOE_REDUCE: atomic adds into the output where the H100 measured them faster
+    # (CUDA, 16-bit output, >= 64 pairs a local expert, y up to 2^29 elements), else the
+    # fixed-order reduce; the report says which, per bucket
+    from fusedmoe.backends.triton import ATOMIC_OUT_MAX_Y, _variants, reduce_rule
+    from fusedmoe.presets import get_preset
+    h100, cpu = Platform.preset("h100"), Platform.preset("cpu")
+    ds, qw = get_preset("deepseek-v3").to_config(tp=8), get_preset("qwen3-30b-a3b").to_config()
+    assert 4096 * 8 * 7168 <= ATOMIC_OUT_MAX_Y < 16384 * 8 * 7168
+    assert [reduce_rule(ds, h100, T) for T in (256, 4096, 16384)] == ["deterministic", "atomic_out", "deterministic"]
+    assert [reduce_rule(qw, h100, T) for T in (1024, 16384)] == ["atomic_out", "atomic_out"]
+    assert reduce_rule(qw, h100, 1023) == "deterministic"         # < 64 pairs a local expert
+    assert reduce_rule(qw, cpu, 16384) == "deterministic"
+    assert reduce_rule(get_preset("qwen3-30b-a3b").to_config(dtype="float32"), h100, 16384) == "deterministic"
+    rep = _variants(qw, QuantScheme(), h100)
+    assert "atomic adds into the output (measured faster here" in rep["T=16384"]
+    assert "atomic" not in rep["T=256"] and "GEMM2 and the reduce" in rep["T=256"]
 
 
 def test_triton_decode_pair_bounds(monkeypatch):

@@ -31,8 +31,9 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
 512 = align.SMALL_MAX, else 3) -> GEMM1 with the gated activation fused in its epilogue -> [requantize
 GEMM2's input for W8A8 schemes] ->
-GEMM2 with the routing weight fused -> reduce over k (deterministic: fixed order;
-bitwise reproducible). No host sync; every buffer comes from the declared workspace
+GEMM2 with the routing weight fused -> the sum over k: a reduce kernel in a fixed order
+(bitwise reproducible; always with deterministic=True), or, where ``reduce_rule`` says so
+(large T on CUDA), GEMM2's epilogue adding into the zeroed output atomically. No host sync; every buffer comes from the declared workspace
 (except the align kernel's small count scratch when T*k > 4096).
 
 Launch configs: tuned JSON for (device, E, N, scheme, dtype) when shipped or in
@@ -121,6 +122,30 @@ def prefill_pdl_bound(config: MoEConfig, T: int) -> bool:
     return T * config.top_k <= PREFILL_PDL_MAX_M * config.num_local_experts
 
 
+# GEMM2's sum over a token's k slots (session 14; H100, docs/BENCHMARKS.md fourteenth section):
+# atomic adds straight into the 16-bit output ('atomic_out': no y [T*k, H] round trip, no reduce
+# kernel) measured 2-7% faster than y + the fixed-order reduce on qwen3-30b-a3b (bf16, fp8 and int8
+# per channel, T = 1024..16384), Mixtral (T = 4096, 16384) and deepseek-v3 tp8 up to T = 4096
+# (y of 235M elements), and 3-6% SLOWER at deepseek-v3 tp8 T = 16384 (y of 940M elements). So
+# by default, when the caller did not ask for determinism: atomic_out on CUDA for 16-bit
+# outputs from ATOMIC_OUT_MIN_M (token, slot) pairs per local expert on (qwen3 T=1024 has 64 and
+# gained 2%; fewer were measured only on deepseek, 8 and 32 pairs, gaining 1-5%: not enough to
+# take the untested weight-bound buckets, where the atomic GEMM2 also leaves the PDL chain: it
+# follows a zeroing of the output) and up to ATOMIC_OUT_MAX_Y elements of y.
+ATOMIC_OUT_MIN_M = 64
+ATOMIC_OUT_MAX_Y = 1 << 29
+
+
+def reduce_rule(config: MoEConfig, platform, T: int) -> str:
+    """The grouped GEMM2's k-sum for T tokens when determinism was not asked for and
+    FUSEDMOE_REDUCE is unset: 'atomic_out' or 'deterministic' (see ATOMIC_OUT_MAX_Y)."""
+    if (platform.kind == "cuda" and config.torch_dtype in (torch.bfloat16, torch.float16)
+            and T * config.top_k >= ATOMIC_OUT_MIN_M * config.num_local_experts
+            and T * config.top_k * config.hidden_size <= ATOMIC_OUT_MAX_Y):
+        return "atomic_out"
+    return "deterministic"
+
+
 def prefill_pdl_ok(platform) -> bool:
     """Programmatic dependent launches on the grouped path (GEMM1 after the alignment, the
     requantization, GEMM2, the reduce): as ``decode_pdl_ok`` with FUSEDMOE_PREFILL_PDL."""
@@ -192,9 +217,10 @@ class TritonExperts(Experts):
         # but that measured slower on the H100: qwen3 fp8_channel T=1 59.9 vs 30.6 us with
         # the quantization kernels, deepseek fp8_block 48.6 vs 32.1; FUSEDMOE_W8A8_DECODE=a8
         # uses the kernels)
-        # GEMM2's sum over k: deterministic unless the caller allows otherwise and
-        # FUSEDMOE_REDUCE asks for an atomic variant (measurement)
-        self.reduce = "deterministic" if deterministic else (env.reduce() or "deterministic")
+        # GEMM2's sum over k (reduce_for): the fixed-order reduce when the caller asks for
+        # determinism, else FUSEDMOE_REDUCE's mode, else reduce_rule's per T
+        self.platform = platform
+        self._reduce = "deterministic" if deterministic else env.reduce()
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
         self._plans: dict = {}      # decode: shape key -> the two bound launches (_apply_decode)
@@ -237,6 +263,12 @@ class TritonExperts(Experts):
         self.h_epilogue = (self.scheme.method in (QuantMethod.FP8_BLOCK, QuantMethod.FP8_CHANNEL)
                            and h_quant == "epilogue")
 
+    def reduce_for(self, T: int) -> str:
+        """How a grouped-path call of T tokens sums each token's k slots after GEMM2:
+        'deterministic' (y, then a fixed-order reduce: bitwise reproducible), 'atomic_out' or
+        'atomic' (atomic adds: the bits vary run to run)."""
+        return self._reduce or reduce_rule(self.config, self.platform, T)
+
     def prefill_pdl_for(self, T: int) -> bool:
         """Whether a grouped-path call of T tokens launches as a PDL chain: on, and at most
         PREFILL_PDL_MAX_M (token, slot) pairs per local expert."""
@@ -268,7 +300,8 @@ class TritonExperts(Experts):
             key = (M, topk)
         else:
             c1, c2 = self.configs(M)
-            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2))  # all it depends on
+            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
+                   self.reduce_for(M))                                                # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -296,7 +329,7 @@ class TritonExperts(Experts):
         if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
             bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
-        y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce, dt)
+        y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce_for(M), dt)
         if y is not None:
             bufs["y"] = y
         return WorkspaceSpec(bufs)
@@ -505,7 +538,7 @@ class TritonExperts(Experts):
             h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
         return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
-                     config=c2, reduce=self.reduce, workspace=ws.get("y"),
+                     config=c2, reduce=self.reduce_for(T), workspace=ws.get("y"),
                      a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, **q)
 
 
@@ -585,11 +618,12 @@ def _variants(config, quant, platform):
         hq = (f"; h quantized in GEMM1's epilogue (fp8, 1 x {g} groups"
               + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
               + "; FUSEDMOE_H_QUANT)") if g else ""
-        red = env.reduce() or "deterministic"
+        red = env.reduce()
+        why = f"FUSEDMOE_REDUCE={red}" if red else "measured faster here"
+        red = red or reduce_rule(config, platform, T)
         red_txt = ("" if red == "deterministic" else
                    f"; GEMM2's k-sum as atomic adds into {'the output' if red == 'atomic_out' else 'an fp32 buffer'} "
-                   f"(FUSEDMOE_REDUCE={red}: not bitwise reproducible; the fixed-order reduce when "
-                   "deterministic=True)")
+                   f"({why}; not bitwise reproducible: deterministic=True keeps the fixed-order reduce)")
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
@@ -607,8 +641,9 @@ def _make(config, weights, platform, fmt, *, deterministic=False, max_num_tokens
 
 SPEC = register(BackendSpec(
     name="triton",
-    description="Triton grouped GEMMs: fused gated activation in GEMM1, routing weight + deterministic "
-                "k-reduction after GEMM2; decode (split-K) and prefill tile regimes",
+    description="Triton grouped GEMMs: fused gated activation in GEMM1, routing weight in GEMM2, k-sum "
+                "as a fixed-order reduce (deterministic) or atomic adds into the output (large T); decode "
+                "(split-K) and prefill tile regimes",
     make_experts=_make,
     quant_methods=frozenset(QUANT_MODE),
     quant_min_sm=QUANT_MIN_SM,
