@@ -628,9 +628,11 @@ def _variants(config, quant, platform):
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
                          + hq + red_txt
-                         + ("; the alignment's scan and scatter (> 512 pairs), GEMM1, "
-                            + ("GEMM2 and the reduce" if red == "deterministic" else "(not GEMM2: it follows the zeroing)")
-                            + " (and a requantization between) as programmatic dependent launches" if prefill_pdl_ok(platform)
+                         + (("; the alignment's scan and scatter (> 512 pairs), GEMM1, GEMM2 and the reduce "
+                             "(and a requantization between) as programmatic dependent launches" if red == "deterministic"
+                             else "; the alignment's scan and scatter (> 512 pairs) and GEMM1 (and the requantization "
+                             "after it) as programmatic dependent launches; GEMM2 an ordinary launch after the "
+                             "output's zeroing") if prefill_pdl_ok(platform)
                             and prefill_pdl_bound(config, T) else ""))
     return out
 
