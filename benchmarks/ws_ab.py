@@ -11,7 +11,13 @@ in sorted order: GEMM1 reads x_sorted [max_padded, H] (a gathered copy: the W8A8
 could write it), GEMM2 reads h_sorted (GEMM1 writes h in sorted order instead of slot order).
 This script measures the GEMMs alone: the shipped kernel and config vs prototype kernels with
 and without warp specialization over a few tiles, plus the cost of the gathered copy, and
-checks each prototype's output against the shipped kernel's.
+checks each prototype's output against the shipped kernel's. Every (case, variant) runs in a
+child process with a timeout.
+
+Session 14's answer (H100, docs/BENCHMARKS.md fourteenth section): with host-side descriptors
+the warp-specialized kernels HANG (dense and grouped alike); with device-side descriptors
+(``:dev`` / ``:flat`` variants of the dense case) they run but are no faster than the same tile
+without specialization (bf16 128x256: 747 vs 746 TFLOP/s).
 """
 from __future__ import annotations
 
