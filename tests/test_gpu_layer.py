@@ -174,6 +174,33 @@ def test_module_forward_graph_capture_and_compile():
         assert rel_error(compiled(x2, l2), gout) <= tolerance(cfg.dtype, "none")
 
 
+@pytest.mark.parametrize("quant", ["none", "fp8_channel"])
+def test_atomic_k_sum_default_eager_graph_and_expert_map(quant):
+    # >= 64 pairs a local expert in bf16 on CUDA: GEMM2 adds into the zeroed output atomically
+    # by default (reduce_rule). Eager calls and CUDA-graph replays match the reference and each
+    # other up to the rounding order (each slot rounded to bf16 as it lands); tokens whose
+    # slots are all remote (expert map, EP rank 1 of 2) get exact zeros; deterministic=True
+    # gives the fixed-order reduce, bitwise stable
+    cfg = MoEConfig(16, 2, 512, 256, parallel=ParallelConfig(ep_size=2, ep_rank=1))
+    w = _weights(cfg, quant)
+    T = 1024                                                     # 2048 pairs: ~128 a local expert
+    x, tw, ti = _routed(cfg, T, seed=21)
+    ti[:5] = torch.tensor([1, 3], dtype=ti.dtype, device=DEV)    # global 1 and 3: rank 0's experts
+    pe = prepare_experts(cfg, w, "triton")
+    assert pe.kernel.experts.reduce_for(T) == "atomic_out"
+    outs = _eager_and_replayed(pe, x, tw, ti)
+    ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=quant != "none")
+    for o in outs:
+        assert rel_error(o, ref) <= tolerance(cfg.dtype, quant)
+        assert rel_error(o, outs[0]) < 1e-2
+        assert torch.equal(o[:5], torch.zeros_like(o[:5]))
+    det = prepare_experts(cfg, w, "triton", deterministic=True)
+    assert det.kernel.experts.reduce_for(T) == "deterministic"
+    d = _eager_and_replayed(det, x, tw, ti)
+    assert all(torch.equal(o, d[0]) for o in d)
+    assert rel_error(d[0], ref) <= tolerance(cfg.dtype, quant)
+
+
 def _eager_and_replayed(pe, x, tw, ti):
     """Three eager outputs of ``pe`` and one from the replay of a CUDA graph of it."""
     eager = [pe(x, tw, ti).clone() for _ in range(3)]
