@@ -183,7 +183,9 @@ def grouped_cases() -> list:
                 ("fp8 block", fp8, dict(quant="block", block_shape=(128, 128), a_scale=torch.empty(n, Id // 128),
                                         b_scale=torch.empty(Ed, Hd // 128, Id // 128)),
                  dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=8, num_stages=4,
-                      A_RESIDENT=112, USE_TMA=True))):
+                      A_RESIDENT=112, USE_TMA=True)),
+                ("bf16 band", bf, {}, dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, num_warps=8, num_stages=3,
+                                           A_RESIDENT=16, USE_TMA=True, BAND_MAJOR=True))):
             captured.clear()
             gg.gemm2(torch.empty(n, Id, dtype=dt), torch.empty(Ed, Hd, Id, dtype=dt), align, torch.empty(T, k),
                      torch.empty(T, Hd, dtype=bf), config=cfg, reduce="atomic_out", **q)

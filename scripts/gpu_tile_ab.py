@@ -101,6 +101,22 @@ ROUNDS["s12bm256"] = [   # session 12 (H100): GEMM1 with 256-row tiles and 64 ga
 ]
 
 
+ROUNDS["s14band"] = [   # session 14 (H100), run with FUSEDMOE_REDUCE=atomic_out: deepseek-v3 tp8 T=16384's GEMM2
+    # adds into out [16384, 7168] (235 MB, past L2) atomically and lost to the fixed-order reduce; with the
+    # A-resident programs walking every m-block of a column band first (BAND_MAJOR), the band of out being
+    # added to (16 tiles of 64: 1024 columns, 34 MB; 8: 17 MB) can stay in L2
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g2 x16 band", "gemm2", dict(A_RESIDENT=16, BAND_MAJOR=True)),
+        ("g2 x8 band", "gemm2", dict(A_RESIDENT=8, BAND_MAJOR=True)),
+        ("g2 x16", "gemm2", dict(A_RESIDENT=16)),
+    ]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g2 x16 band", "gemm2", dict(A_RESIDENT=16, BAND_MAJOR=True)),
+        ("g2 x8 band", "gemm2", dict(A_RESIDENT=8, BAND_MAJOR=True)),
+    ], "fp8_block"),
+]
+
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:

@@ -304,6 +304,12 @@ def test_gemm2_a_resident(dtype, I_, n_tiles, tma, max_kc, monkeypatch):
     for reduce in ("atomic", "atomic_out"):           # the k-sum as atomic adds into [T, H]
         at = gemm2(h, w2, res, tw, torch.full_like(out, float("nan")), bias=b2, config=cfg2, reduce=reduce)
         assert _rel(at, full) < (1e-5 if dtype == torch.float32 else 2 * TOL[dtype]), reduce
+    # BAND_MAJOR: programs walk every m-block of a column band before the next band (the same
+    # tiles, another order): the fixed-order reduce gives the same bits, atomics the same sum
+    band = dict(cfg2, BAND_MAJOR=True)
+    assert torch.equal(gemm2(h, w2, res, tw, bias=b2, config=band), out)
+    at = gemm2(h, w2, res, tw, torch.full_like(out, float("nan")), bias=b2, config=band, reduce="atomic_out")
+    assert _rel(at, full) < (1e-5 if dtype == torch.float32 else 2 * TOL[dtype])
     with pytest.raises(ValueError, match="A_RESIDENT"):
         gemm2(h, w2, res, tw, config=dict(cfg2, SPLIT_K=2))
     monkeypatch.setattr(gg, "_RESIDENT_MAX_KC", 8)        # K in 5 or 6 chunks: more than 4

@@ -531,6 +531,7 @@ def _moe_gemm2_resident_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, SB_SCALAR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KC: tl.constexpr, NKC: tl.constexpr,
     N_TILES: tl.constexpr, PDL: tl.constexpr, ATOMIC: tl.constexpr = False, C_DIV: tl.constexpr = 1,
+    BAND_MAJOR: tl.constexpr = False,
 ):
     """GEMM2 with A resident (config A_RESIDENT = N_TILES): program (m-block, group g) loads
     its BM rows of h once, all of K, as NKC <= 4 chunks of KC columns (a power of two <= 256,
@@ -549,8 +550,12 @@ def _moe_gemm2_resident_kernel(
         gdc_wait()
     pid = tl.program_id(0)
     groups = tl.cdiv(tl.cdiv(N_OUT, BLOCK_N), N_TILES)
-    pid_m = pid // groups
-    g = pid % groups
+    if BAND_MAJOR:      # every m-block of column band g before band g + 1: with ATOMIC, the band
+        g = pid // num_m_blocks      # of the output being added to can stay in L2
+        pid_m = pid % num_m_blocks
+    else:
+        pid_m = pid // groups
+        g = pid % groups
     if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
         return
     e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
@@ -829,7 +834,8 @@ def _launch_resident(a, b, c, align, *, n_out, config, bias, topk_weights, quant
             USE_TMA=b_desc is not None, FP32_IEEE=a.dtype == torch.float32,
             INT_ACC=a.dtype == torch.int8, A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn,
             SB_SCALAR=b_mode == 3 and gn % BN == 0 and n_out % gn == 0,
-            BLOCK_M=BM, BLOCK_N=BN, KC=kc, NKC=nkc, N_TILES=n_tiles, PDL=pdl, ATOMIC=atomic, C_DIV=c_div),
+            BLOCK_M=BM, BLOCK_N=BN, KC=kc, NKC=nkc, N_TILES=n_tiles, PDL=pdl, ATOMIC=atomic, C_DIV=c_div,
+            BAND_MAJOR=bool(config.get("BAND_MAJOR", False))),
         num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
