@@ -46,7 +46,7 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | 16-bit output: no y, no reduce; the bits vary run to run),    |
 |                             | ``atomic`` (an fp32 buffer, then a cast). Unset: the          |
 |                             | backend's rule (``reduce_rule``: atomic_out where the H100    |
-|                             | measured it 2-7% faster). Ignored (deterministic) when        |
+|                             | measured it 2-10% faster). Ignored (deterministic) when       |
 |                             | ``deterministic=True`` is asked for                           |
 
 FUSEDMOE_FAST_LAUNCH is the exception to "read on call": the launcher reads it at its first

@@ -131,17 +131,22 @@ def prefill_pdl_bound(config: MoEConfig, T: int) -> bool:
 # outputs from ATOMIC_OUT_MIN_M (token, slot) pairs per local expert on (qwen3 T=1024 has 64 and
 # gained 2%; fewer were measured only on deepseek, 8 and 32 pairs, gaining 1-5%: not enough to
 # take the untested weight-bound buckets, where the atomic GEMM2 also leaves the PDL chain: it
-# follows a zeroing of the output) and up to ATOMIC_OUT_MAX_Y elements of y.
+# follows a zeroing of the output) and up to ATOMIC_OUT_MAX_Y elements of y, or past that when
+# GEMM2's launch config walks the output in column bands (A-resident BAND_MAJOR: the band being
+# added to stays in L2): deepseek-v3 tp8 T=16384 with 1024-column bands, bf16 3956.4 -> 3625.7 us,
+# fp8_block 3092.3 -> 2777.7 (the shipped H100 entries; docs/BENCHMARKS.md, fourteenth section).
 ATOMIC_OUT_MIN_M = 64
 ATOMIC_OUT_MAX_Y = 1 << 29
 
 
-def reduce_rule(config: MoEConfig, platform, T: int) -> str:
+def reduce_rule(config: MoEConfig, platform, T: int, gemm2_config: dict | None = None) -> str:
     """The grouped GEMM2's k-sum for T tokens when determinism was not asked for and
-    FUSEDMOE_REDUCE is unset: 'atomic_out' or 'deterministic' (see ATOMIC_OUT_MAX_Y)."""
+    FUSEDMOE_REDUCE is unset: 'atomic_out' or 'deterministic' (see ATOMIC_OUT_MAX_Y).
+    ``gemm2_config``: GEMM2's launch config at T (BAND_MAJOR lifts the y bound)."""
+    banded = bool(gemm2_config and gemm2_config.get("A_RESIDENT") and gemm2_config.get("BAND_MAJOR"))
     if (platform.kind == "cuda" and config.torch_dtype in (torch.bfloat16, torch.float16)
             and T * config.top_k >= ATOMIC_OUT_MIN_M * config.num_local_experts
-            and T * config.top_k * config.hidden_size <= ATOMIC_OUT_MAX_Y):
+            and (banded or T * config.top_k * config.hidden_size <= ATOMIC_OUT_MAX_Y)):
         return "atomic_out"
     return "deterministic"
 
@@ -267,7 +272,7 @@ class TritonExperts(Experts):
         """How a grouped-path call of T tokens sums each token's k slots after GEMM2:
         'deterministic' (y, then a fixed-order reduce: bitwise reproducible), 'atomic_out' or
         'atomic' (atomic adds: the bits vary run to run)."""
-        return self._reduce or reduce_rule(self.config, self.platform, T)
+        return self._reduce or reduce_rule(self.config, self.platform, T, self.configs(T)[1])
 
     def prefill_pdl_for(self, T: int) -> bool:
         """Whether a grouped-path call of T tokens launches as a PDL chain: on, and at most
@@ -560,7 +565,8 @@ def _check(config: MoEConfig, quant, platform):
 
 def _extras(c: dict) -> str:
     """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]', ' rescale',
-    ' A-resident xN' (GEMM2 keeping its rows of h over N column tiles)."""
+    ' A-resident xN' (GEMM2 keeping its rows of h over N column tiles), ' column-band-major'
+    (its programs walking every m-block of a band of columns before the next band)."""
     out = " tma" if c.get("USE_TMA") else ""
     if c.get("A_RESIDENT"):
         out += f" A-resident x{c['A_RESIDENT']}"
@@ -568,6 +574,8 @@ def _extras(c: dict) -> str:
         out += f" persistent{c['PERSISTENT']}" + (" flat" if c.get("FLATTEN") else "")
     if c.get("RESCALE"):
         out += " rescale"
+    if c.get("BAND_MAJOR"):
+        out += " column-band-major"
     return out
 
 
@@ -620,7 +628,7 @@ def _variants(config, quant, platform):
               + "; FUSEDMOE_H_QUANT)") if g else ""
         red = env.reduce()
         why = f"FUSEDMOE_REDUCE={red}" if red else "measured faster here"
-        red = red or reduce_rule(config, platform, T)
+        red = red or reduce_rule(config, platform, T, c2)
         red_txt = ("" if red == "deterministic" else
                    f"; GEMM2's k-sum as atomic adds into {'the output' if red == 'atomic_out' else 'an fp32 buffer'} "
                    f"({why}; not bitwise reproducible: deterministic=True keeps the fixed-order reduce)")
