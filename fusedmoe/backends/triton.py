@@ -33,8 +33,9 @@ Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch f
 GEMM2's input for W8A8 schemes] ->
 GEMM2 with the routing weight fused -> the sum over k: a reduce kernel in a fixed order
 (bitwise reproducible; always with deterministic=True), or, where ``reduce_rule`` says so
-(large T on CUDA), GEMM2's epilogue adding into the zeroed output atomically. No host sync; every buffer comes from the declared workspace
-(except the align kernel's small count scratch when T*k > 4096).
+(large T on CUDA), GEMM2's epilogue adding into the zeroed output atomically. No host sync;
+every buffer comes from the declared workspace (except the align kernel's small count
+scratch when T*k > 4096).
 
 Launch configs: tuned JSON for (device, E, N, scheme, dtype) when shipped or in
 FUSEDMOE_CONFIG_DIR, looked up by nearest T (loaded once, here); shape-aware defaults
