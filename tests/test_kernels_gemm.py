@@ -626,6 +626,12 @@ def test_gpu_bf16_gemm2_a_resident_real_size(tma):
     out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=c2)
     assert _frob(out, ref) < 1e-2
     assert torch.equal(out, moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=c2))
+    # the shipped H100 T=16384 entry since session 14: 16 column tiles a program in column-band
+    # order, the k-sum as atomic adds into the output (and the fixed-order reduce: the same bits)
+    band = dict(c2, A_RESIDENT=16, BAND_MAJOR=True)
+    assert torch.equal(out, moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=band))
+    at = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=band, reduce="atomic_out")
+    assert _frob(at, ref) < 1e-2 and _frob(at, out) < 1e-2
 
 
 @pytest.mark.gpu
