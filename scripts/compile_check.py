@@ -135,6 +135,12 @@ def grouped_cases() -> list:
                  torch.empty(T, H, dtype=bf), config=dict(c2, BLOCK_SIZE_K=64, USE_TMA=True),
                  workspace=torch.empty(1, n, H, dtype=bf))
         out.append(("grouped gemm2 bfloat16 tma", captured[0]))
+        # column bands (config BAND_N) with the atomic k-sum, one tile a program and persistent + flat
+        for label, c2x in (("", dict(c2, BAND_N=4)), (" persistent flat", dict(c2, BAND_N=4, PERSISTENT=1, FLATTEN=True))):
+            captured.clear()
+            gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
+                     torch.empty(T, H, dtype=bf), config=dict(c2x, BLOCK_SIZE_K=64, USE_TMA=True), reduce="atomic_out")
+            out.append((f"grouped gemm2 bfloat16 band atomic_out{label}", captured[0]))
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),

@@ -117,6 +117,24 @@ ROUNDS["s14band"] = [   # session 14 (H100), run with FUSEDMOE_REDUCE=atomic_out
 ]
 
 
+ROUNDS["s15band"] = [   # prepared in session 14, not run yet (H100): the tiled GEMM2 in column bands
+    # (config BAND_N) under the default atomic k-sum (reduce_rule: atomic_out at these T). out [T, H] of
+    # qwen3 T=16384 is 67 MB and of Mixtral 134 MB, past the 50 MB L2; bands of 1024 / 512 columns
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g2 band 4", "gemm2", dict(BAND_N=4)),
+        ("g2 band 2", "gemm2", dict(BAND_N=2)),
+    ]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g2 band 4", "gemm2", dict(BAND_N=4)),
+        ("g2 band 2", "gemm2", dict(BAND_N=2)),
+    ], "fp8_channel"),
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [
+        ("g2 band 4", "gemm2", dict(BAND_N=4)),
+        ("g2 band 8", "gemm2", dict(BAND_N=8)),
+    ]),
+]
+
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:

@@ -317,6 +317,28 @@ def test_gemm2_a_resident(dtype, I_, n_tiles, tma, max_kc, monkeypatch):
         gemm2(h, w2, res, tw, config=cfg2)
 
 
+@pytest.mark.parametrize("persistent", [0, 1])
+def test_gemm_band_n_same_tiles_another_order(persistent):
+    # config BAND_N: the tiled kernel's tiles in bands of BAND_N column tiles (every m-block of
+    # a band first; the last band narrower: H = 72 is 5 tiles of 16, bands of 2 -> 2, 2, 1):
+    # the same tiles, so the fixed-order reduce gives the same bits and atomics the same sum
+    w13, w2, _, _ = _weights(E, 72, I, torch.float32)
+    x = _x(33, 72, torch.float32)
+    tw, ids = _routing(33, E, K_TOP)
+    res = align_block_size(ids, 16, E)
+    h = gemm1_act(x, w13, res, K_TOP, "silu", config=SMALL)
+    base = dict(SMALL, PERSISTENT=persistent)
+    out = gemm2(h, w2, res, tw, config=base)
+    for band in (1, 2, 3, 8):
+        cfg = dict(base, BAND_N=band)
+        assert torch.equal(gemm2(h, w2, res, tw, config=cfg), out), band
+        at = gemm2(h, w2, res, tw, torch.full_like(out, float("nan")), config=cfg, reduce="atomic_out")
+        assert _rel(at, out) < 1e-6, band
+    assert torch.equal(gemm1_act(x, w13, res, K_TOP, "silu", config=dict(SMALL, BAND_N=2)), h)
+    with pytest.raises(AssertionError, match="BAND_N"):
+        gemm2(h, w2, res, tw, config=dict(base, BAND_N=-1))
+
+
 def test_moe_no_tokens():
     w13, w2, _, _ = _weights(E, H, I, torch.float16)
     tw, ids = _routing(0, E, K_TOP)

@@ -39,7 +39,7 @@ tp8 fp8_block T=4096 1550 -> 1263 us with the tiles that allows; scales below 2^
 as 2^-60; not for int8 x int8, whose dot cannot accumulate into fp32).
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR]). BLOCK_SIZE_M must divide the
+num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N]). BLOCK_SIZE_M must divide the
 AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
 through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
 weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
@@ -51,6 +51,8 @@ column tiles), see ``_moe_gemm2_resident_kernel``. BAND_MAJOR (with A_RESIDENT):
 take every m-block of a band of n column tiles before the next band, so that with an atomic
 k-sum the band of the output being added to stays in L2 (H100 deepseek-v3 tp8 T=16384, bands
 of 1024 columns: bf16 3956 -> 3626 us with 'atomic_out', where m-major atomics lost).
+BAND_N = b (the tiled kernel, one tile a program or persistent): the same order for its tiles,
+bands of b column tiles (not measured yet: the A/B is scripts/gpu_tile_ab.py s15band).
 
 PERSISTENT = P > 0 launches min(P * SMs, tiles) programs (per K split) instead of one per
 tile; each loops over tiles (same GROUP_M order, same per-tile code, so the output is
@@ -168,7 +170,7 @@ def _rescale(acc, pa, ca, pb, cb, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, 
 
 
 @triton.jit
-def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
+def _grouped_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of linear tile ``tile`` of a num_m x num_pid_n grid of tiles.
 
     GROUP_M m-blocks walk the n-blocks together: consecutive m-blocks usually share an
@@ -179,6 +181,23 @@ def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
     rows_in_group = tl.minimum(num_m - first_m, GROUP_M)
     pid_m = first_m + (tile % in_group) % rows_in_group
     pid_n = (tile % in_group) // rows_in_group
+    return pid_m, pid_n
+
+
+@triton.jit
+def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr, BAND_N: tl.constexpr):
+    """``_grouped_coords``, or with BAND_N > 0 (config key BAND_N) the tiles in bands of
+    BAND_N n-blocks: every m-block of a band (grouped as above inside it) before the next
+    band, so that with an atomic k-sum the band of the output being added to can stay in
+    L2 (as the A-resident kernel's BAND_MAJOR; the last band may be narrower)."""
+    if BAND_N > 0:
+        per_band = num_m * BAND_N
+        band = tile // per_band
+        width = tl.minimum(num_pid_n - band * BAND_N, BAND_N)
+        pid_m, pid_n = _grouped_coords(tile % per_band, num_m, width, GROUP_M)
+        pid_n += band * BAND_N
+    else:
+        pid_m, pid_n = _grouped_coords(tile, num_m, num_pid_n, GROUP_M)
     return pid_m, pid_n
 
 
@@ -410,6 +429,7 @@ def _moe_gemm_kernel(
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
+    BAND_N: tl.constexpr = 0,
 ):
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
@@ -428,7 +448,7 @@ def _moe_gemm_kernel(
         # 255 registers, GEMM2 186 -> 235; with it both stay as in the one-tile launch)
         num_m = tl.minimum(tl.load(ntpp_ptr) // BLOCK_M, num_m_blocks)
         for tile in tl.range(pid, num_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN, disable_licm=True):
-            pid_m, pid_n = _tile_coords(tile, num_m, num_pid_n, GROUP_M)
+            pid_m, pid_n = _tile_coords(tile, num_m, num_pid_n, GROUP_M, BAND_N)
             e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
             _gemm_tile(
                 pid_m, pid_n, pid_k, e,
@@ -442,7 +462,7 @@ def _moe_gemm_kernel(
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
                 Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
-        pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M)
+        pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
             return                                    # past the padded total: nothing to do
         e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
@@ -737,6 +757,8 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     tiles = num_m_blocks * cdiv(n_out, BN)                 # per split; the device skips those past ntpp
     persistent = config.get("PERSISTENT", 0)
     assert persistent >= 0, "PERSISTENT is a number of programs per SM (0: one program per tile)"
+    band_n = config.get("BAND_N", 0)
+    assert isinstance(band_n, int) and band_n >= 0, "BAND_N is a number of column tiles per band (0: no bands)"
     if persistent:   # PERSISTENT programs per SM in all, spread over the splits
         grid = (min(cdiv(persistent * _num_sms(a.device), split), tiles), split)
     else:
@@ -775,6 +797,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=bool(out_group) and _bitwise_fp8(c),
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
+        BAND_N=band_n,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
