@@ -87,16 +87,21 @@ def _proto_gemm(a_desc, b_desc, c_ptr, sorted_ptr, eids_ptr, ntpp_ptr, as_ptr, b
 
 
 @triton.jit
-def _plain_mm(a_desc, b_desc, c_ptr, N, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              WS: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+def _mm_tile(a_desc, b_desc, c_ptr, pid_m, pid_n, N, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+             BK: tl.constexpr, WS: tl.constexpr):
+    """One [BM, BN] tile of c = a @ b^T from tensor descriptors (the loop WS may specialize)."""
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in tl.range(0, K, BK, warp_specialize=WS):
         acc = tl.dot(a_desc.load([pid_m * BM, k]), b_desc.load([pid_n * BN, k]).T, acc)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :], acc.to(tl.bfloat16))
+
+
+@triton.jit
+def _plain_mm(a_desc, b_desc, c_ptr, N, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              WS: tl.constexpr):
+    _mm_tile(a_desc, b_desc, c_ptr, tl.program_id(0), tl.program_id(1), N, K, BM, BN, BK, WS)
 
 
 @triton.jit
@@ -108,25 +113,10 @@ def _plain_mm_dev(a_ptr, b_ptr, c_ptr, M, N, K: tl.constexpr, BM: tl.constexpr, 
     b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
     if FLAT:
         num_n = N // BN
-        tiles = (M // BM) * num_n
-        for t in range(tl.program_id(0), tiles, tl.num_programs(0)):
-            pid_m = t // num_n
-            pid_n = t % num_n
-            acc = tl.zeros((BM, BN), dtype=tl.float32)
-            for k in tl.range(0, K, BK, warp_specialize=WS):
-                acc = tl.dot(a_desc.load([pid_m * BM, k]), b_desc.load([pid_n * BN, k]).T, acc)
-            offs_m = pid_m * BM + tl.arange(0, BM)
-            offs_n = pid_n * BN + tl.arange(0, BN)
-            tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :], acc.to(tl.bfloat16))
+        for t in range(tl.program_id(0), (M // BM) * num_n, tl.num_programs(0)):
+            _mm_tile(a_desc, b_desc, c_ptr, t // num_n, t % num_n, N, K, BM, BN, BK, WS)
     else:
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in tl.range(0, K, BK, warp_specialize=WS):
-            acc = tl.dot(a_desc.load([pid_m * BM, k]), b_desc.load([pid_n * BN, k]).T, acc)
-        offs_m = pid_m * BM + tl.arange(0, BM)
-        offs_n = pid_n * BN + tl.arange(0, BN)
-        tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :], acc.to(tl.bfloat16))
+        _mm_tile(a_desc, b_desc, c_ptr, tl.program_id(0), tl.program_id(1), N, K, BM, BN, BK, WS)
 
 
 def plain_case(dt_name: str, variant: str, log):

@@ -269,11 +269,12 @@ class TritonExperts(Experts):
         self.h_epilogue = (self.scheme.method in (QuantMethod.FP8_BLOCK, QuantMethod.FP8_CHANNEL)
                            and h_quant == "epilogue")
 
-    def reduce_for(self, T: int) -> str:
+    def reduce_for(self, T: int, c2: dict | None = None) -> str:
         """How a grouped-path call of T tokens sums each token's k slots after GEMM2:
         'deterministic' (y, then a fixed-order reduce: bitwise reproducible), 'atomic_out' or
-        'atomic' (atomic adds: the bits vary run to run)."""
-        return self._reduce or reduce_rule(self.config, self.platform, T, self.configs(T)[1])
+        'atomic' (atomic adds: the bits vary run to run). ``c2``: GEMM2's config at T when
+        the caller has it (else looked up)."""
+        return self._reduce or reduce_rule(self.config, self.platform, T, c2 if c2 is not None else self.configs(T)[1])
 
     def prefill_pdl_for(self, T: int) -> bool:
         """Whether a grouped-path call of T tokens launches as a PDL chain: on, and at most
@@ -307,7 +308,7 @@ class TritonExperts(Experts):
         else:
             c1, c2 = self.configs(M)
             key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
-                   self.reduce_for(M))                                                # all it depends on
+                   self.reduce_for(M, c2))                                            # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -335,7 +336,7 @@ class TritonExperts(Experts):
         if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
             bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
-        y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce_for(M), dt)
+        y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce_for(M, c2), dt)
         if y is not None:
             bufs["y"] = y
         return WorkspaceSpec(bufs)
@@ -544,7 +545,7 @@ class TritonExperts(Experts):
             h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
         return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
-                     config=c2, reduce=self.reduce_for(T), workspace=ws.get("y"),
+                     config=c2, reduce=self.reduce_for(T, c2), workspace=ws.get("y"),
                      a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, **q)
 
 
