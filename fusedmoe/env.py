@@ -144,16 +144,14 @@ def w8a8_decode() -> str:
 
 
 def h_quant() -> str:
-    """FUSEDMOE_H_QUANT: 'kernel' (default), 'epilogue' or 'tail'; a clear error otherwise."""
+    """FUSEDMOE_H_QUANT: 'kernel' (default) or 'epilogue'; a clear error otherwise."""
     v = os.environ.get("FUSEDMOE_H_QUANT", "").strip().lower()
     if not v:
         return "kernel"
-    if v not in ("epilogue", "kernel", "tail"):
-        raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue', 'kernel' or 'tail'",
+    if v not in ("epilogue", "kernel"):
+        raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue' or 'kernel'",
                           "unset it (kernel: 16-bit h, then the scheme's own quantization kernel) or set "
-                          "FUSEDMOE_H_QUANT=epilogue (GEMM1 writes fp8 h with 1 x g group scales) or "
-                          "FUSEDMOE_H_QUANT=tail (fp8_channel / int8_channel: GEMM1's last program of each "
-                          "row block quantizes h per token)")
+                          "FUSEDMOE_H_QUANT=epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
     return v
 
 

@@ -254,19 +254,6 @@ def epilogue_cases() -> list:
                          config=dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, GROUP_SIZE_M=8,
                                      num_warps=w, num_stages=st))
             out.append((f"epilogue gemm1 fp8_channel {bm}x{bn}", captured[0]))
-        # per-token h from GEMM1's last program of a row block (out_q, _row_quant_tail): the
-        # shipped qwen3 H100 entries at T=16384 (fp8 / int8) and T=4096 (fp8, persistent)
-        for name, qdt, cfg in (("fp8_channel 128x128", fp8, dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_stages=4)),
-                               ("int8_channel 128x128 persistent", torch.int8,
-                                dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_stages=4, PERSISTENT=1)),
-                               ("fp8_channel 64x256 persistent", fp8,
-                                dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, num_stages=3, PERSISTENT=1))):
-            captured.clear()
-            gg.gemm1_act(torch.empty(T, H, dtype=qdt), torch.empty(E, 2 * I, H, dtype=qdt), align, k, "silu",
-                         torch.empty(n, I, dtype=torch.bfloat16), out_q=torch.empty(n, I, dtype=qdt),
-                         a_scale=torch.empty(T, 1), b_scale=torch.empty(E, 2 * I), **ch,
-                         config=dict(cfg, BLOCK_SIZE_K=128, GROUP_SIZE_M=16, num_warps=8, USE_TMA=True))
-            out.append((f"rowq gemm1 {name}", captured[0]))
         for bm, w, st in ((128, 8, 4), (64, 4, 2)):
             captured.clear()
             gg.gemm2(torch.empty(n, I, dtype=fp8), torch.empty(E, H, I, dtype=fp8), align, torch.empty(T, k),

@@ -342,44 +342,8 @@ def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
     monkeypatch.delenv("FUSEDMOE_H_QUANT")
     assert env.h_quant() == "kernel"                       # the default: measured faster (env.py)
     monkeypatch.setenv("FUSEDMOE_H_QUANT", "fast")
-    with pytest.raises(ValueError, match="FUSEDMOE_H_QUANT='fast'.*accepted: 'epilogue', 'kernel' or 'tail'"):
+    with pytest.raises(ValueError, match="FUSEDMOE_H_QUANT='fast'.*accepted: 'epilogue' or 'kernel'"):
         build("triton", cfg, w)
-
-
-@pytest.mark.parametrize("scheme,I_,bn", [("fp8_channel", 192, 64), ("int8_channel", 160, 128)])
-def test_triton_h_quantized_per_token_in_gemm1_tail(mk, monkeypatch, scheme, I_, bn):
-    # FUSEDMOE_H_QUANT=tail: GEMM1's last program of each row block quantizes h per token
-    # (the scheme's own rule), so the layer's output is bitwise the 'kernel' path's: the same
-    # codes and scales reach GEMM2. I = 192 with BN 64: three column tiles a block; I = 160
-    # with BN 128: a partial second tile. A NaN token stays in its row. fp8_block keeps its
-    # own group rule (tail is for per-token schemes only). The report names the tail.
-    from fusedmoe.backends.triton import _variants
-    from fusedmoe.tuning import override
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = mk.config(E=8, k=2, H=256, I=I_, dtype="float32")
-    w = mk.weights(cfg, scheme, seed=64).to(dev)
-    x, logits = mk.x(cfg, 37, seed=65).to(dev), mk.logits(cfg, 37, seed=66).to(dev)
-    c1 = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=64, GROUP_SIZE_M=2, num_warps=4, num_stages=2)
-    c2 = dict(c1, BLOCK_SIZE_N=32)
-    outs = {}
-    for mode in ("kernel", "tail"):
-        monkeypatch.setenv("FUSEDMOE_H_QUANT", mode)
-        monkeypatch.setenv("FUSEDMOE_REDUCE", "deterministic")
-        with override((c1, c2)):
-            pe = build("triton", cfg, w)
-            assert pe.kernel.experts.h_tail == (mode == "tail")
-            assert pe.h_group(37) is None                  # per token either way
-            outs[mode] = check(pe, cfg, w, x, logits)[0]
-            xn = x.clone()
-            xn[3, 7] = float("nan")
-            res = route(logits, cfg.top_k, cfg.routing)
-            out = pe(xn, res.topk_weights, res.topk_ids)
-            assert torch.isnan(out[3]).all() and torch.isfinite(out[torch.arange(37) != 3]).all()
-            line = _variants(cfg, w.scheme, Platform.current())["T=1024"]
-            assert ("quantized per token by GEMM1's last program" in line) == (mode == "tail")
-    assert torch.equal(outs["tail"], outs["kernel"])
-    wb = mk.weights(mk.config(E=8, k=2, H=256, I=256, dtype="float32"), "fp8_block", seed=67)
-    assert not build("triton", mk.config(E=8, k=2, H=256, I=256, dtype="float32"), wb).kernel.experts.h_tail
 
 
 @pytest.mark.parametrize("scheme", ["none", "fp8_channel"])

@@ -568,56 +568,6 @@ def test_gemm1_quantizes_h_in_1xg_groups(I_, bn, x_dt, pow2):
     assert 1e-3 < _frob(deq, ref.to(DEV)[ok]) < 6e-2                                           # fp8 steps
 
 
-@pytest.mark.parametrize("I_,bn,qdt,persistent", [(48, 16, torch.float8_e4m3fn, 0), (40, 32, torch.int8, 0),
-                                                  (40, 16, torch.float8_e4m3fn, 2), (48, 32, torch.int8, 1)])
-def test_gemm1_quantizes_h_per_token_in_its_last_program(I_, bn, qdt, persistent):
-    # out_q: the program that completes a row block's column tiles quantizes the block's rows
-    # per token (_row_quant_tail): the same bits as quant_fp8_token / quant_int8_token of the
-    # 16-bit h the call also leaves in ``out``. I = 40 with BN 32: the second tile partial, its
-    # wrapped columns outside every amax; I = 48 with BN 16: three tiles a block. A NaN in one
-    # token's x gives that token's rows a NaN scale (the row quantizer's rule), no other row;
-    # one expert gets no tokens; out_q starts as a sentinel (7), so an unwritten row shows.
-    from fusedmoe.kernels.quantize import quant_fp8_token, quant_int8_token
-    T, k = 29, K_TOP
-    g = torch.Generator().manual_seed(91)
-    x = (torch.randn(T, H, generator=g) * 0.5).half().to(DEV)
-    x[3, 5] = float("nan")
-    w13 = (torch.randn(E, 2 * I_, H, generator=g) * 0.2).half().to(DEV)
-    tw, ids = _routing(T, E, k, seed=7)
-    ids[ids == 4] = 3                                   # expert 4: no tokens
-    res = align_block_size(ids, 16, E)
-    cfg = dict(SMALL, BLOCK_SIZE_N=bn, PERSISTENT=persistent)
-    h16 = torch.empty(T * k, I_, dtype=torch.float16, device=DEV)
-    hq = torch.full((T * k, I_), 7, dtype=torch.int8, device=DEV).view(qdt) if qdt == torch.int8 else \
-        torch.full((T * k, I_), 7, dtype=torch.uint8, device=DEV).view(qdt)
-    q, s = gemm1_act(x, w13, res, k, "silu", h16, config=cfg, out_q=hq)
-    assert q is hq and s.shape == (T * k, 1) and s.dtype == torch.float32
-    ref_h = gemm1_act_ref(x, w13, ids, "silu")
-    ok = torch.ones(T * k, dtype=torch.bool, device=DEV)
-    ok[3 * k:4 * k] = False
-    assert _rel(h16[ok], ref_h.to(DEV)[ok]) < TOL[torch.float16]
-    rq, rs = (quant_fp8_token if qdt == torch.float8_e4m3fn else quant_int8_token)(h16)
-    assert torch.isnan(s[~ok]).all() and torch.isfinite(s[ok]).all()
-    assert torch.equal(s[ok], rs.view(-1, 1)[ok])
-    assert torch.equal(q.view(torch.int8)[ok], rq.view(torch.int8)[ok])
-    # a second call into the same buffers (the counters are zeroed per call)
-    q2, s2 = gemm1_act(x, w13, res, k, "silu", h16, config=cfg, out_q=hq, out_scale=s)
-    assert torch.equal(q2.view(torch.int8), q.view(torch.int8)) and s2 is s
-
-
-def test_gemm1_out_q_rejects_what_it_cannot_do():
-    T, k = 5, K_TOP
-    x = torch.randn(T, H, device=DEV).half()
-    w13 = torch.randn(E, 2 * I, H, device=DEV).half()
-    tw, ids = _routing(T, E, k)
-    res = align_block_size(ids, 16, E)
-    with pytest.raises(ValueError, match="out_q must be float8_e4m3fn or int8"):
-        gemm1_act(x, w13, res, k, "silu", config=SMALL, out_q=torch.empty(T * k, I, device=DEV).half())
-    with pytest.raises(ValueError, match="exclude each other"):
-        gemm1_act(x, w13, res, k, "silu", config=SMALL, out_group=16,
-                  out_q=torch.empty(T * k, I, device=DEV, dtype=torch.int8))
-
-
 @pytest.mark.parametrize("rescale", [False, True])
 def test_gemm2_group_scaled_h_with_channel_weights(rescale):
     # h fp8 with 1 x 32 group scales (GEMM1's out_group) times per-channel fp8 weights,
@@ -798,45 +748,6 @@ def test_gpu_quantized_gemms(quant, dtype, T):
     out = gemm2(hq, q2, res, tw, config=cfg2, quant=quant, a_scale=sh, b_scale=s2, block_shape=block)
     ref2 = gemm2_ref(hq, q2, ids, tw, quant=quant, a_scale=sh, b_scale=s2, block=block)
     assert out.dtype == torch.bfloat16 and _frob(out, ref2) < 1e-2
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU with fp8 (sm89+) tensor cores")
-@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.int8])
-@pytest.mark.parametrize("T,cfg", [
-    (4096, dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=32, num_warps=8, num_stages=3,
-                USE_TMA=True, PERSISTENT=1)),
-    (16384, dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=16, num_warps=8,
-                 num_stages=4, USE_TMA=True, PERSISTENT=1)),
-    (1000, dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=4))])
-def test_gpu_gemm1_row_quant_tail_real_size(dtype, T, cfg):
-    # qwen3-30b-a3b's GEMM1 (E 128, H 2048, I 768, k 8) with h quantized per token by the last
-    # program of each row block (out_q): bitwise the row quantizer on the 16-bit h the call
-    # leaves in `out`, at the shipped H100 tiles (persistent and not), three calls in a row
-    # (a race between a block's programs would show as a call that differs)
-    if dtype == torch.float8_e4m3fn and torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("fp8 tensor cores need sm89+")
-    from fusedmoe.kernels.quantize import quant_fp8_token, quant_int8_token
-    E_, H_, I_, k = 128, 2048, 768, 8
-    g = torch.Generator(device=DEV).manual_seed(5)
-    x = torch.randn(T, H_, device=DEV, generator=g, dtype=torch.bfloat16)
-    w13 = torch.randn(E_, 2 * I_, H_, device=DEV, generator=g, dtype=torch.bfloat16) / H_ ** 0.5
-    qx, sx = _quantize(x, dtype, "channel")
-    q13, s13 = _quantize(w13, dtype, "channel")
-    tw, ids = _routing(T, E_, k)
-    res = align_block_size(ids, cfg["BLOCK_SIZE_M"], E_)
-    h16 = torch.empty(T * k, I_, dtype=torch.bfloat16, device=DEV)
-    runs = []
-    for _ in range(3):
-        hq = torch.empty(T * k, I_, dtype=dtype, device=DEV)
-        q, s = gemm1_act(qx, q13, res, k, "silu", h16, config=cfg, quant="channel", a_scale=sx, b_scale=s13,
-                         out_q=hq)
-        rq, rs = (quant_fp8_token if dtype == torch.float8_e4m3fn else quant_int8_token)(h16)
-        assert torch.equal(s, rs.view(-1, 1)) and torch.equal(q.view(torch.int8), rq.view(torch.int8))
-        runs.append(q.view(torch.int8).clone())
-    ref = gemm1_act_ref(qx, q13, ids, "silu", quant="channel", a_scale=sx, b_scale=s13)
-    assert _frob(h16, ref) < 1e-2
-    assert all(torch.equal(r, runs[0]) for r in runs)
 
 
 @pytest.mark.gpu

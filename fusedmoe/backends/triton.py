@@ -174,13 +174,6 @@ def h_epilogue_group(scheme, c1: dict, c2: dict) -> int:
     return g if c1["BLOCK_SIZE_N"] % g == 0 and g % c2["BLOCK_SIZE_K"] == 0 else 0
 
 
-def h_tail_ok(scheme, weights) -> bool:
-    """Whether the scheme's h can be quantized in GEMM1's tail (``gemm1_act(out_q=)``): dynamic
-    per-token fp8 / int8 (fp8_channel, int8_channel without a static h scale)."""
-    return (scheme.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL)
-            and getattr(weights, "a2_scale", None) is None)
-
-
 def deinterleave_rows(t: torch.Tensor) -> torch.Tensor:
     """[E, 2I, ...] with rows g0,u0,g1,u1,... -> [E, 2I, ...] with rows g0..gI-1, u0..uI-1."""
     return torch.cat([t[:, 0::2], t[:, 1::2]], dim=1).contiguous()
@@ -275,9 +268,6 @@ class TritonExperts(Experts):
         h_quant = env.h_quant()          # (read, and checked, whatever the scheme)
         self.h_epilogue = (self.scheme.method in (QuantMethod.FP8_BLOCK, QuantMethod.FP8_CHANNEL)
                            and h_quant == "epilogue")
-        # per-token h (fp8_channel / int8_channel, dynamic) quantized by GEMM1's last program of
-        # each row block (FUSEDMOE_H_QUANT=tail): the kernel path's bits, without its kernel
-        self.h_tail = h_tail_ok(self.scheme, weights) and h_quant == "tail"
 
     def reduce_for(self, T: int, c2: dict | None = None) -> str:
         """How a grouped-path call of T tokens sums each token's k slots after GEMM2:
@@ -317,7 +307,7 @@ class TritonExperts(Experts):
             key = (M, topk)
         else:
             c1, c2 = self.configs(M)
-            key = (M, topk, c1["BLOCK_SIZE_M"], c1["BLOCK_SIZE_N"], c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
+            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
                    self.reduce_for(M, c2))                                            # all it depends on
         spec = self._specs.get(key)
         if spec is None:
@@ -346,12 +336,6 @@ class TritonExperts(Experts):
         if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
             bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
-        elif self.h_tail:   # 16-bit h (GEMM1's scratch), its per-token codes and scales, the tail's scratch
-            from ..kernels.grouped_gemm import row_scratch_spec
-            bufs["h_q"] = ((M * topk, c.intermediate_size), _8BIT_DTYPE[self.scheme.method])
-            bufs["h_scale"] = ((M * topk, 1), torch.float32)
-            (ps, pdt), (cs, cdt) = row_scratch_spec(M * topk, c.intermediate_size, mp, c1)
-            bufs["rowq_part"], bufs["rowq_cnt"] = (ps, pdt), (cs, cdt)
         y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce_for(M, c2), dt)
         if y is not None:
             bufs["y"] = y
@@ -555,11 +539,6 @@ class TritonExperts(Experts):
                 # in place, kernels/grouped_gemm.py) unless the tuned config says otherwise
                 a_group = g
                 c2 = dict(c2, RESCALE=c2.get("RESCALE", True))
-        elif self.h_tail:   # per-token h from GEMM1's last program of each row block
-            h, h_scale = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
-                                   config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q,
-                                   out_q=ws["h_q"], out_scale=ws["h_scale"],
-                                   row_scratch=(ws["rowq_part"], ws["rowq_cnt"]))
         else:
             h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
                           config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
@@ -649,9 +628,6 @@ def _variants(config, quant, platform):
         hq = (f"; h quantized in GEMM1's epilogue (fp8, 1 x {g} groups"
               + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
               + "; FUSEDMOE_H_QUANT)") if g else ""
-        if env.h_quant() == "tail" and quant.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL):
-            hq = ("; h quantized per token by GEMM1's last program of each row block, no requantization "
-                  "kernel (FUSEDMOE_H_QUANT=tail)")
         red = env.reduce()
         why = f"FUSEDMOE_REDUCE={red}" if red else "measured faster here"
         red = red or reduce_rule(config, platform, T, c2)

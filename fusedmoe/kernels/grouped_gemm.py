@@ -205,11 +205,10 @@ def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr, BAND_N: tl.const
 def _gemm_tile(
     pid_m, pid_n, pid_k, e,
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
-    q_ptr, part_ptr, cnt_ptr,
     N_OUT, K, num_pairs, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm, stride_qm,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
     limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -217,7 +216,7 @@ def _gemm_tile(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
-    Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, Q_ROW: tl.constexpr,
+    Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
@@ -409,64 +408,17 @@ def _gemm_tile(
     elif ATOMIC:
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask, sem="relaxed")
     else:
-        h16 = acc.to(c_ptr.dtype.element_ty)
-        tl.store(c_ptrs + pid_k * stride_cs, h16, mask=c_mask)
-        if Q_ROW > 0:
-            _row_quant_tail(h16, c_ptr, q_ptr, part_ptr, cnt_ptr, c_scale_ptr, pid_m, pid_n, offs_n, row_ok, c_rows,
-                            N_OUT, stride_cm, stride_cn, stride_qm, stride_csm, Q_ROW, BITWISE_FP8, BLOCK_M, BLOCK_N)
-
-
-@triton.jit
-def _row_quant_tail(h16, c_ptr, q_ptr, part_ptr, cnt_ptr, scale_ptr, pid_m, pid_n, offs_n, row_ok, c_rows,
-                    N_OUT, stride_cm, stride_cn, stride_qm, stride_sm,
-                    Q_ROW: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """GEMM1's per-token requantization of h, done by the last program of each row block.
-
-    Every (m-block, n-tile) program has stored its 16-bit tile of h; it also stores its rows'
-    |h| maxima (int32 bits: NaN > Inf > finite, as the row quantizer orders them) into
-    part [rows, n-tiles] and counts itself done on cnt[pid_m] (one acq_rel atomic after a
-    barrier, so the tile and the maxima are visible to whoever sees the count). The program
-    that completes the count reads the row maxima, writes each row's scale and quantizes the
-    block's rows of h (L2-hot: just written by its siblings) to fp8 (Q_ROW 1) or int8 (2):
-    the same bits as ``_quant_rows_kernel`` on the 16-bit h, without its launch or its HBM
-    read of h. cnt must be zero before the launch.
-    """
-    num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    bits = tl.max(tl.where((offs_n < N_OUT)[None, :], _abs_bits(h16), 0), axis=1)         # [BM]
-    tl.store(part_ptr + c_rows * num_pid_n + pid_n, bits, mask=row_ok)
-    tl.debug_barrier()                # every thread's stores before the release below
-    done = tl.atomic_add(cnt_ptr + pid_m, 1, sem="acq_rel", scope="gpu")
-    if done == num_pid_n - 1:
-        amax = tl.zeros((BLOCK_M,), dtype=tl.int32)
-        for j in range(0, num_pid_n):
-            amax = tl.maximum(amax, tl.load(part_ptr + c_rows * num_pid_n + j, mask=row_ok, other=0,
-                                            cache_modifier=".cg"))
-        if Q_ROW == 1:
-            s = _scale_from_amax_bits(amax, 448.0, False)
-        else:
-            s = _scale_from_amax_bits(amax, 127.0, False)
-        tl.store(scale_ptr + c_rows * stride_sm, s, mask=row_ok)
-        cols = tl.arange(0, BLOCK_N)
-        for j in range(0, num_pid_n):
-            cj = j * BLOCK_N + cols
-            m = row_ok[:, None] & (cj < N_OUT)[None, :]
-            hv = tl.load(c_ptr + c_rows[:, None] * stride_cm + cj[None, :] * stride_cn, mask=m, other=0.0,
-                         cache_modifier=".cg")
-            if Q_ROW == 1:
-                qv = _quantize(hv, s[:, None], "fp8", BITWISE_FP8, True)
-            else:
-                qv = _quantize(hv, s[:, None], "int8", BITWISE_FP8, True)
-            tl.store(q_ptr + c_rows[:, None] * stride_qm + cj[None, :], qv, mask=m)
+        tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
 def _moe_gemm_kernel(
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
-    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, c_scale_ptr, q_ptr, part_ptr, cnt_ptr,
+    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, c_scale_ptr,
     N_OUT, K, num_pairs, num_m_blocks, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm, stride_qm,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
     limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr, ALIGN_BM: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -477,7 +429,7 @@ def _moe_gemm_kernel(
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
-    BAND_N: tl.constexpr = 0, Q_ROW: tl.constexpr = 0,
+    BAND_N: tl.constexpr = 0,
 ):
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
@@ -501,14 +453,14 @@ def _moe_gemm_kernel(
             _gemm_tile(
                 pid_m, pid_n, pid_k, e,
                 a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-                c_scale_ptr, q_ptr, part_ptr, cnt_ptr, N_OUT, K, num_pairs, k_tiles,
+                c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
                 stride_am, stride_ak, stride_be, stride_bn, stride_bk,
                 stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm, stride_qm,
+                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, Q_ROW, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+                Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -525,14 +477,14 @@ def _moe_gemm_kernel(
         _gemm_tile(
             pid_m, pid_n, pid_k, e,
             a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-            c_scale_ptr, q_ptr, part_ptr, cnt_ptr, N_OUT, K, num_pairs, k_tiles,
+            c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
             stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm, stride_qm,
+            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, Q_ROW, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+            Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
 @triton.jit
@@ -784,8 +736,7 @@ def _num_sms(device: torch.device) -> int:
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
             quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False,
-            a_group=None, out_scale=None, out_group=0, out_pow2=False, row_q=None):
-    # row_q: (q, scale, part, cnt) for GEMM1's per-token requantization of h (_row_quant_tail)
+            a_group=None, out_scale=None, out_group=0, out_pow2=False):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
     if config.get("A_RESIDENT", 0):
@@ -793,8 +744,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
                                 quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
                                 atomic=atomic, c_div=c_div,
                                 generic_ok=(act == _NO_ACT and a_div == 1 and split == 1
-                                            and (c_div == 1 or atomic) and not out_group and not a_group
-                                            and row_q is None))
+                                            and (c_div == 1 or atomic) and not out_group and not a_group))
     assert quant != "block" or block_shape[1] % BK == 0, "BLOCK_SIZE_K must divide the scale block bk"
     assert not a_group or a_group % BK == 0, "BLOCK_SIZE_K must divide the activation scale group"
     assert not out_group or BN % out_group == 0, "BLOCK_SIZE_N must hold whole output scale groups"
@@ -829,13 +779,11 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     launch(_moe_gemm_kernel, grid, (
         a, b, b_desc, _q_arg(c) if out_group else c, bias if bias is not None else a, sa, sb,
         topk_weights if topk_weights is not None else a, align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
-        out_scale if out_group else (row_q[1] if row_q else a),
-        *((_q_arg(row_q[0]), row_q[2], row_q[3]) if row_q else (a, a, a)),
+        out_scale if out_group else a,
         n_out, K, align.num_pairs, num_m_blocks, k_tiles,
         s_am, s_ak, s_be, s_bn, s_bk,
         stride_cs, s_cm, s_cn, s_bias_e, s_bias_n,
-        sam, sak, sbe, sbn, sbk, out_scale.stride(0) if out_group else (row_q[1].stride(0) if row_q else 0),
-        row_q[0].stride(0) if row_q else 0,
+        sam, sak, sbe, sbn, sbk, out_scale.stride(0) if out_group else 0,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(
         A_DIV=a_div, C_DIV=c_div, ALIGN_BM=align.block_m,
@@ -846,11 +794,10 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None, RESCALE=rescale,
         SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0 and n_out % gn == 0,   # tiles inside one group
-        Q_GROUP=out_group, Q_POW2=bool(out_pow2),
-        BITWISE_FP8=(bool(out_group) and _bitwise_fp8(c)) or (row_q is not None and _bitwise_fp8(row_q[0])),
+        Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=bool(out_group) and _bitwise_fp8(c),
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
-        BAND_N=band_n, Q_ROW=0 if row_q is None else (2 if row_q[0].dtype == torch.int8 else 1),
+        BAND_N=band_n,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
@@ -924,8 +871,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
               b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
               pdl: bool = False, out_group: int = 0, out_scale: Optional[torch.Tensor] = None,
-              out_pow2: bool = False, out_q: Optional[torch.Tensor] = None,
-              row_scratch: Optional[tuple] = None):
+              out_pow2: bool = False):
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -942,12 +888,6 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     reference's ``quant_fp8_group(h, g, out_pow2)`` of the fp32 tile; config BLOCK_SIZE_N a
     multiple of g), and the call returns (h fp8 [n, I], scale fp32 [n, ceil(I/g)]), written
     into ``out`` / ``out_scale`` when given. Otherwise it returns h.
-    ``out_q`` [n, I] (float8_e4m3fn or int8): h is also quantized per token (row) into it, by
-    the last program of each row block (``_row_quant_tail``: the bits of
-    ``quantize.quant_rows`` on the 16-bit h in ``out``, without a kernel after GEMM1); the
-    call returns (out_q, scale fp32 [n, 1]) (``out_scale`` when given). ``row_scratch``:
-    (part int32 [n, cdiv(I, BLOCK_SIZE_N)], cnt int32 [max_padded / BLOCK_SIZE_M], zero),
-    ``row_scratch_spec``; allocated when None.
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
@@ -959,37 +899,11 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
         out_scale = torch.empty(out.shape[0], cdiv(n_out, out_group), dtype=torch.float32, device=x.device)
     if config.get("SPLIT_K", 1) != 1:
         config = dict(config, SPLIT_K=1)   # a split before a nonlinear epilogue would be wrong
-    row_q = None
-    if out_q is not None:
-        if out_group:
-            raise ValueError("gemm1_act: out_q (per-token h) and out_group (group h) exclude each other")
-        if out_q.dtype not in (torch.float8_e4m3fn, torch.int8) or out_q.shape != out.shape:
-            raise ValueError(f"gemm1_act: out_q must be float8_e4m3fn or int8 of h's shape {tuple(out.shape)}, "
-                             f"got {out_q.dtype} {tuple(out_q.shape)}")
-        if config.get("A_RESIDENT", 0):
-            raise ValueError("gemm1_act: out_q needs the tiled kernel (config A_RESIDENT is GEMM2's)")
-        if out_scale is None:
-            out_scale = torch.empty(out.shape[0], 1, dtype=torch.float32, device=x.device)
-        if row_scratch is None:
-            row_scratch = tuple(torch.empty(shape, dtype=torch.int32, device=x.device) for shape, _ in
-                                row_scratch_spec(out.shape[0], n_out, align.max_padded, config))
-        part, cnt = row_scratch
-        cnt.zero_()
-        row_q = (out_q, out_scale, part, cnt)
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
             quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
-            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2, row_q=row_q)
-    if row_q is not None:
-        return out_q, out_scale
+            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2)
     return (out, out_scale) if out_group else out
-
-
-def row_scratch_spec(n: int, n_out: int, max_padded: int, config: dict) -> tuple:
-    """Shapes of ``gemm1_act``'s ``row_scratch`` (int32 each): the per-(row, column tile)
-    |h| maxima and the per-row-block completion counters."""
-    return (((n, max(1, cdiv(n_out, config["BLOCK_SIZE_N"]))), torch.int32),
-            ((max(1, max_padded // config["BLOCK_SIZE_M"]),), torch.int32))
 
 
 def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict, reduce: str,
