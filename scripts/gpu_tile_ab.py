@@ -149,6 +149,27 @@ ROUNDS["s15int8"] = [   # session 15 (H100): qwen3 int8_channel GEMMs run ~10% s
     ], "int8_channel"),
 ]
 
+_FP8_4096 = [("gemm1", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=32, num_warps=8, num_stages=3,
+                            USE_TMA=True, PERSISTENT=1, FLATTEN=False)),
+             ("gemm2", dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=16, num_warps=4, num_stages=2,
+                            USE_TMA=True, PERSISTENT=2, FLATTEN=True))]
+_FP8_16384 = [("gemm1", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=32, num_warps=8,
+                             num_stages=4, USE_TMA=True, PERSISTENT=0, FLATTEN=False)),
+              ("gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=8, num_warps=8,
+                             num_stages=4, USE_TMA=True, PERSISTENT=1, FLATTEN=True))]
+ROUNDS["s15int8b"] = [   # session 15 (H100), after s15int8: qwen3 int8_channel with the two best T=4096 changes
+    # together, and with fp8_channel's whole entries (the same tiles on the int8 tensor cores)
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
+        ("g1 tma + g2 bk128 s2 flat", [("gemm1", dict(USE_TMA=True)),
+                                       ("gemm2", dict(BLOCK_SIZE_K=128, num_stages=2, GROUP_SIZE_M=16, FLATTEN=True))]),
+        ("g2 bk128 s2 flat", "gemm2", dict(BLOCK_SIZE_K=128, num_stages=2, GROUP_SIZE_M=16, FLATTEN=True)),
+        ("fp8's entry", _FP8_4096),
+    ], "int8_channel"),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("fp8's entry", _FP8_16384),
+    ], "int8_channel"),
+]
+
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
