@@ -250,6 +250,22 @@ def test_moe_one_expert_takes_all_and_empty_experts():
     assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "gelu_tanh")) < 1e-5
 
 
+@pytest.mark.parametrize("H_,extra", [(64, {}), (72, {}), (64, dict(USE_TMA=True, PERSISTENT=1))])
+def test_moe_mask_a_padding_rows_load_nothing(H_, extra):
+    # MASK_A: padding rows of an m-block load zeros instead of row 0 of A; they are never
+    # stored, so the output is bitwise the unmasked one. T=7, k=2 over 5 experts in 16-row
+    # blocks: every block mostly padding, one expert without tokens. H 72: K not a multiple
+    # of BK (the K mask and the row mask together); TMA weights in a persistent launch.
+    w13, w2, _, _ = _weights(E, H_, I, torch.float32)
+    x = _x(7, H_, torch.float32)
+    tw, ids = _routing(7, E, K_TOP)
+    ids[ids == 1] = 0
+    c = dict(SMALL, **extra)
+    outs = [moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=dict(c, MASK_A=m), config2=dict(c, MASK_A=m),
+                               reduce="deterministic") for m in (False, True)]
+    assert torch.equal(outs[0], outs[1])
+    assert _rel(outs[1], moe_naive_loop(x, w13, w2, tw, ids, "silu")) < TOL[torch.float32]
+
 def test_moe_gemm_block_m_divides_align_block_m():
     # alignment in 32-row blocks, GEMM1 tiles of 32, GEMM2 tiles of 16 (expert_ids[b*16 // 32]);
     # GEMM2 skips the 16-row sub-blocks that are all padding: experts with <= 16 rows have one

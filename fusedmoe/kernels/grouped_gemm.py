@@ -39,7 +39,7 @@ tp8 fp8_block T=4096 1550 -> 1263 us with the tiles that allows; scales below 2^
 as 2^-60; not for int8 x int8, whose dot cannot accumulate into fp32).
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N]). BLOCK_SIZE_M must divide the
+num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N, MASK_A]). BLOCK_SIZE_M must divide the
 AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
 through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
 weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
@@ -52,7 +52,10 @@ take every m-block of a band of n column tiles before the next band, so that wit
 k-sum the band of the output being added to stays in L2 (H100 deepseek-v3 tp8 T=16384, bands
 of 1024 columns: bf16 3956 -> 3626 us with 'atomic_out', where m-major atomics lost).
 BAND_N = b (the tiled kernel, one tile a program or persistent): the same order for its tiles,
-bands of b column tiles (not measured yet: the A/B is scripts/gpu_tile_ab.py s15band).
+bands of b column tiles (H100, scripts/gpu_tile_ab.py s15band: no gain on qwen3 / Mixtral at
+T=16384, e.g. qwen3 fp8_channel 1713 -> 1806-1810 us; shipped nowhere). MASK_A (the tiled
+kernel): an m-block's padding rows load nothing (zero-filled) instead of re-reading row 0,
+for blocks mostly padding (few tokens an expert).
 
 PERSISTENT = P > 0 launches min(P * SMs, tiles) programs (per K split) instead of one per
 tile; each loops over tiles (same GROUP_M order, same per-tile code, so the output is
@@ -216,7 +219,7 @@ def _gemm_tile(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
-    Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
+    Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
@@ -244,6 +247,8 @@ def _gemm_tile(
     a_ptrs = a_ptr + a_rows[:, None] * stride_am + (k_lo + offs_k)[None, :] * stride_ak         # [BM, BK]
     b_ptrs = b_ptr + e * stride_be + offs_bn[None, :] * stride_bn + (k_lo + offs_k)[:, None] * stride_bk  # [BK, BN]
     up = N_OUT * stride_bn                            # up rows follow the gate rows (halves)
+    # MASK_A: padding rows load nothing (zero-filled) instead of row 0: no L2 traffic for them
+    a_ok = row_ok[:, None] | (not MASK_A)
     if INT_ACC:                                       # int8 x int8 without block scales
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
@@ -282,21 +287,26 @@ def _gemm_tile(
     for it in range(0, num_k):
         if USE_TMA:
             k_at = k_lo + it * BLOCK_K
-            if EVEN_K:
+            if EVEN_K and not MASK_A:
                 a = tl.load(a_ptrs)
+            elif EVEN_K:
+                a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
             else:
-                a = tl.load(a_ptrs, mask=((k_at + offs_k) < K)[None, :], other=0.0)
+                a = tl.load(a_ptrs, mask=a_ok & ((k_at + offs_k) < K)[None, :], other=0.0)
             b = tl.trans(b_desc.load([b_row, k_at]))                              # [BK, BN]
             if GATED:
                 b_u = tl.trans(b_desc.load([b_row + N_OUT, k_at]))
         elif EVEN_K:
-            a = tl.load(a_ptrs)
+            if MASK_A:
+                a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+            else:
+                a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
             if GATED:
                 b_u = tl.load(b_ptrs + up)
         else:
             k_ok = (k_lo + it * BLOCK_K + offs_k) < K
-            a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
+            a = tl.load(a_ptrs, mask=a_ok & k_ok[None, :], other=0.0)
             b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
             if GATED:
                 b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0.0)
@@ -429,7 +439,7 @@ def _moe_gemm_kernel(
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
-    BAND_N: tl.constexpr = 0,
+    BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False,
 ):
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
@@ -460,7 +470,7 @@ def _moe_gemm_kernel(
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -484,7 +494,7 @@ def _moe_gemm_kernel(
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
 @triton.jit
@@ -797,7 +807,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=bool(out_group) and _bitwise_fp8(c),
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
-        BAND_N=band_n,
+        BAND_N=band_n, MASK_A=bool(config.get("MASK_A", False)),
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
