@@ -170,6 +170,20 @@ ROUNDS["s15int8b"] = [   # session 15 (H100), after s15int8: qwen3 int8_channel 
     ], "int8_channel"),
 ]
 
+_MASK = dict(MASK_A=True)
+ROUNDS["s15mask"] = [   # session 15 (H100): MASK_A (an m-block's padding rows load nothing instead of row 0)
+    # where blocks are mostly padding: Mixtral T=256 (64 rows an expert in 128-row blocks; GEMM1 at
+    # 84% of DRAM, L2 83%, ninth session), deepseek tp8 T=256 / 1024 (8 / 32 rows an expert), qwen3 T=256
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [
+        ("mask g1+g2", [("gemm1", _MASK), ("gemm2", _MASK)]),
+        ("mask g1", "gemm1", _MASK),
+    ]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("mask g1+g2", [("gemm1", _MASK), ("gemm2", _MASK)])]),
+    ("qwen3-30b-a3b", 1, 256, "E=128,N=768,", [("mask g1+g2", [("gemm1", _MASK), ("gemm2", _MASK)])]),
+    ("deepseek-v3", 8, 256, "E=256,N=256,", [("mask g1+g2", [("gemm1", _MASK), ("gemm2", _MASK)])]),
+    ("deepseek-v3", 8, 1024, "E=256,N=256,", [("mask g1+g2", [("gemm1", _MASK), ("gemm2", _MASK)])]),
+]
+
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
