@@ -184,6 +184,17 @@ ROUNDS["s15mask"] = [   # session 15 (H100): MASK_A (an m-block's padding rows l
     ("deepseek-v3", 8, 1024, "E=256,N=256,", [("mask g1+g2", [("gemm1", _MASK), ("gemm2", _MASK)])]),
 ]
 
+_ON, _OFF = dict(MASK_A=True), dict(MASK_A=False)
+ROUNDS["s15mask2"] = [   # session 15 (H100): MASK_A at the edges of grouped_gemm.mask_a_rule (on up to 4 blocks
+    # of pairs an expert): each point's rule (shipped) against the other setting on both GEMMs
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("mask on", [("gemm1", _ON), ("gemm2", _ON)])]),
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("mask on", [("gemm1", _ON), ("gemm2", _ON)])]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("mask on", [("gemm1", _ON), ("gemm2", _ON)])]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("mask on", [("gemm1", _ON), ("gemm2", _ON)])], "fp8_channel"),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("mask off", [("gemm1", _OFF), ("gemm2", _OFF)])]),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("mask off", [("gemm1", _OFF), ("gemm2", _OFF)])], "int8_channel"),
+]
+
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]

@@ -54,8 +54,8 @@ of 1024 columns: bf16 3956 -> 3626 us with 'atomic_out', where m-major atomics l
 BAND_N = b (the tiled kernel, one tile a program or persistent): the same order for its tiles,
 bands of b column tiles (H100, scripts/gpu_tile_ab.py s15band: no gain on qwen3 / Mixtral at
 T=16384, e.g. qwen3 fp8_channel 1713 -> 1806-1810 us; shipped nowhere). MASK_A (the tiled
-kernel; default True, False restores the old loads): an m-block's padding rows load nothing
-(zero-filled) instead of re-reading row 0, so they cost no L2 bandwidth. H100, Mixtral bf16
+kernel; default ``mask_a_rule``): an m-block's padding rows load nothing (zero-filled)
+instead of re-reading row 0, so they cost no L2 bandwidth. H100, Mixtral bf16
 (scripts/gpu_tile_ab.py s15mask): T=256 1077 -> 1028 us (86.8 -> 90.9% of the roofline), T=1024
 1790 -> 1686; qwen3 / deepseek tp8 at T=256 / 1024 within +-0.4%.
 
@@ -234,8 +234,8 @@ def _gemm_tile(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     slots = tl.load(sorted_ids_ptr + offs_m)                                    # [BM]
     row_ok = slots < num_pairs
-    # padding rows: MASK_A (default) loads nothing for them, else they read A row 0 (valid
-    # memory); never stored
+    # padding rows: MASK_A loads nothing for them, else they read A row 0 (valid memory);
+    # never stored
     a_rows = tl.where(row_ok, slots // A_DIV, 0).to(tl.int64)                   # [BM]
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_bn = offs_n % N_OUT          # wrapped columns: B loads need no N mask, stores do
@@ -810,12 +810,26 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=bool(out_group) and _bitwise_fp8(c),
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
-        BAND_N=band_n, MASK_A=bool(config.get("MASK_A", True)),
+        BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
 _RESIDENT_MAX_CHUNKS = 4     # resident A chunks a program holds (the kernel names a0..a3)
 _RESIDENT_MAX_KC = 256        # a chunk's columns: a TMA box dimension's limit
+
+
+MASK_A_MAX_BLOCKS = 4   # mask_a_rule: pairs per local expert up to this many BLOCK_SIZE_M
+
+
+def mask_a_rule(config: dict, num_pairs: int, num_experts: int, block_m: int) -> bool:
+    """Whether the tiled kernel masks its padding rows' A loads (MASK_A): the config's key
+    when it has one, else on while the pairs per local expert are at most MASK_A_MAX_BLOCKS
+    blocks, where padding is a large share of each expert's rows. H100 (docs/BENCHMARKS.md,
+    fifteenth section): Mixtral T=256 / 1024 4.6 / 5.4% faster masked; at T=16384 (32 blocks an
+    expert) ~5% slower."""
+    if "MASK_A" in config:
+        return bool(config["MASK_A"])
+    return num_pairs <= MASK_A_MAX_BLOCKS * block_m * max(num_experts, 1)
 
 
 def resident_chunks(K: int, itemsize: int, block_k: Optional[int] = None) -> Optional[tuple]:
