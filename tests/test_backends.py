@@ -403,6 +403,9 @@ def test_triton_reduce_rule():
     rep = _variants(qw, QuantScheme(), h100)
     assert "atomic adds into the output (measured faster here" in rep["T=16384"]
     assert "atomic" not in rep["T=256"] and "GEMM2 and the reduce" in rep["T=256"]
+    # MASK_A by rule: padding rows masked up to 4 blocks of pairs an expert (grouped_gemm.mask_a_rule)
+    assert "GEMM1 and GEMM2 padding rows load nothing" in rep["T=256"]
+    assert "padding rows" not in rep["T=16384"]
 
 
 def test_triton_decode_pair_bounds(monkeypatch):

@@ -628,6 +628,11 @@ def _variants(config, quant, platform):
         hq = (f"; h quantized in GEMM1's epilogue (fp8, 1 x {g} groups"
               + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
               + "; FUSEDMOE_H_QUANT)") if g else ""
+        from ..kernels.grouped_gemm import mask_a_rule
+        masked = [g for g, cg in (("GEMM1", c1), ("GEMM2", c2)) if not cg.get("A_RESIDENT")
+                  and mask_a_rule(cg, T * config.top_k, config.num_local_experts, cg["BLOCK_SIZE_M"])]
+        hq += (f"; {' and '.join(masked)} padding rows load nothing (MASK_A: <= 4 blocks of pairs an expert)"
+               if masked else "")
         red = env.reduce()
         why = f"FUSEDMOE_REDUCE={red}" if red else "measured faster here"
         red = red or reduce_rule(config, platform, T, c2)
