@@ -826,7 +826,8 @@ def mask_a_rule(config: dict, num_pairs: int, num_experts: int, block_m: int) ->
     when it has one, else on while the pairs per local expert are at most MASK_A_MAX_BLOCKS
     blocks, where padding is a large share of each expert's rows. H100 (docs/BENCHMARKS.md,
     fifteenth section): Mixtral T=256 / 1024 4.6 / 5.4% faster masked; at T=16384 (32 blocks an
-    expert) ~5% slower."""
+    expert) ~5% slower. With an expert map the pairs routed to other ranks count too, so the
+    rule leans towards off there."""
     if "MASK_A" in config:
         return bool(config["MASK_A"])
     return num_pairs <= MASK_A_MAX_BLOCKS * block_m * max(num_experts, 1)
