@@ -640,6 +640,23 @@ GPU_SHAPES = [(8, 4096, 1024, 2), (128, 2048, 768, 8), (60, 1024, 512, 4)]   # l
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU (bf16 tl.dot is wrong under the interpreter)")
+@pytest.mark.parametrize("extra", [dict(USE_TMA=True), dict(USE_TMA=True, PERSISTENT=1), {}])
+def test_gpu_mask_a_bitwise_real_size(extra):
+    # MASK_A on the GPU at Mixtral's shape at T=256 (64 rows an expert in 128-row blocks), masked padding rows give
+    # the unmasked output bit for bit (an output row depends on its own A row only)
+    E_, H_, I_, k = 8, 4096, 14336, 2
+    w13, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16)
+    x = _x(256, H_, torch.bfloat16)
+    tw, ids = _routing(256, E_, k)
+    c1 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=8, num_stages=4, **extra)
+    c2 = dict(c1, BLOCK_SIZE_N=256)
+    outs = [moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=dict(c1, MASK_A=m), config2=dict(c2, MASK_A=m),
+                               reduce="deterministic") for m in (False, True)]
+    assert torch.equal(outs[0], outs[1])
+    assert _frob(outs[1], moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=torch.bfloat16)) < 1e-2
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU (bf16 tl.dot is wrong under the interpreter)")
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "E{}-H{}-I{}-k{}".format(*s))
 @pytest.mark.parametrize("T", [1, 17, 256, 4096])
 def test_gpu_bf16_real_sizes(shape, T):
