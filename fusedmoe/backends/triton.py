@@ -629,7 +629,7 @@ def _variants(config, quant, platform):
               + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
               + "; FUSEDMOE_H_QUANT)") if g else ""
         from ..kernels.grouped_gemm import mask_a_rule
-        masked = [g for g, cg in (("GEMM1", c1), ("GEMM2", c2)) if not cg.get("A_RESIDENT")
+        masked = [name for name, cg in (("GEMM1", c1), ("GEMM2", c2)) if not cg.get("A_RESIDENT")
                   and mask_a_rule(cg, T * config.top_k, config.num_local_experts, cg["BLOCK_SIZE_M"])]
         hq += (f"; {' and '.join(masked)} padding rows load nothing (MASK_A: <= 4 blocks of pairs an expert)"
                if masked else "")

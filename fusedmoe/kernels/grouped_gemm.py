@@ -250,8 +250,6 @@ def _gemm_tile(
     a_ptrs = a_ptr + a_rows[:, None] * stride_am + (k_lo + offs_k)[None, :] * stride_ak         # [BM, BK]
     b_ptrs = b_ptr + e * stride_be + offs_bn[None, :] * stride_bn + (k_lo + offs_k)[:, None] * stride_bk  # [BK, BN]
     up = N_OUT * stride_bn                            # up rows follow the gate rows (halves)
-    # MASK_A: padding rows load nothing (zero-filled) instead of row 0: no L2 traffic for them
-    a_ok = row_ok[:, None] | (not MASK_A)
     if INT_ACC:                                       # int8 x int8 without block scales
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
@@ -288,28 +286,26 @@ def _gemm_tile(
     # next expert (or are zero-filled at the end) and only feed masked output columns
     b_row = (e * (N_OUT * (2 if GATED else 1)) + pid_n * BLOCK_N).to(tl.int32)
     for it in range(0, num_k):
+        k_at = k_lo + it * BLOCK_K
+        k_ok = (k_at + offs_k) < K
+        # A: MASK_A masks the padding rows (zero-filled: no L2 traffic for them)
+        if EVEN_K and not MASK_A:
+            a = tl.load(a_ptrs)
+        elif EVEN_K:
+            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+        elif MASK_A:
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        else:
+            a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
         if USE_TMA:
-            k_at = k_lo + it * BLOCK_K
-            if EVEN_K and not MASK_A:
-                a = tl.load(a_ptrs)
-            elif EVEN_K:
-                a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-            else:
-                a = tl.load(a_ptrs, mask=a_ok & ((k_at + offs_k) < K)[None, :], other=0.0)
             b = tl.trans(b_desc.load([b_row, k_at]))                              # [BK, BN]
             if GATED:
                 b_u = tl.trans(b_desc.load([b_row + N_OUT, k_at]))
         elif EVEN_K:
-            if MASK_A:
-                a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-            else:
-                a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
             if GATED:
                 b_u = tl.load(b_ptrs + up)
         else:
-            k_ok = (k_lo + it * BLOCK_K + offs_k) < K
-            a = tl.load(a_ptrs, mask=a_ok & k_ok[None, :], other=0.0)
             b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
             if GATED:
                 b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0.0)
