@@ -204,15 +204,19 @@ ROUNDS["s15mix256"] = [   # session 15 (H100): Mixtral T=256 under MASK_A (90.9%
     ]),
 ]
 
-ROUNDS["s16int8bn128"] = [   # prepared in session 15, not run (H100): triton gives int8 tiles 256 wide two
-    # IGMMA 64x128 a K step (its int8 instruction N list tops at 224), fp8 one QGMMA 64x256; int8 GEMM2 at BN 128
+ROUNDS["s16int8bn128"] = [   # session 16 (H100): triton gives int8 tiles 256 wide two
+    # IGMMA 64x128 a K step (its int8 instruction N list tops at 224), fp8 one QGMMA 64x256; int8 at BN 128
     ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
         ("g2 bn128", "gemm2", dict(BLOCK_SIZE_N=128)),
         ("g2 bn128 s3", "gemm2", dict(BLOCK_SIZE_N=128, num_stages=3)),
+        ("g1 bn128", "gemm1", dict(BLOCK_SIZE_N=128)),
+        ("g1 bn128 s4", "gemm1", dict(BLOCK_SIZE_N=128, num_stages=4)),
+        ("g1 128x128", "gemm1", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_stages=4)),
     ], "int8_channel"),
     ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
         ("g2 bn128", "gemm2", dict(BLOCK_SIZE_N=128)),
         ("g2 bn128 w4", "gemm2", dict(BLOCK_SIZE_N=128, num_warps=4)),
+        ("g2 bn128 g16", "gemm2", dict(BLOCK_SIZE_N=128, GROUP_SIZE_M=16)),
     ], "int8_channel"),
 ]
 
