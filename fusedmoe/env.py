@@ -22,10 +22,6 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
 | FUSEDMOE_DECODE_TILES       | N tiles a decode GEMM2 program takes (kernels/decode.py       |
 |                             | ``TILES``; default: ``decode.gemm2_tiles``'s rule), for A/Bs  |
-| FUSEDMOE_DECODE_L2          | 0: the decode GEMM1 does not prefetch GEMM2's weights into L2;|
-|                             | 1 / 2: its programs ask L2 for them before / after their own  |
-|                             | work (kernels/decode.py ``_l2_prefetch_next``; CUDA only).    |
-|                             | Default: the backend's rule (backends/triton.py)              |
 | FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
 |                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
 |                             | not programmatic dependent launches of the kernel before      |
@@ -67,7 +63,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_DECODE_L2", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
              "FUSEDMOE_REDUCE")
 
 
@@ -122,14 +118,6 @@ def decode_pairs() -> int | None:
 def decode_tiles() -> int | None:
     """FUSEDMOE_DECODE_TILES as an int (None when unset: kernels/decode.py's own rule)."""
     return _int_var("FUSEDMOE_DECODE_TILES", 1, "an integer >= 1", "4")
-
-
-def decode_l2() -> int | None:
-    """FUSEDMOE_DECODE_L2 as 0, 1 or 2 (None when unset: the backend's own rule)."""
-    v = os.environ.get("FUSEDMOE_DECODE_L2", "").strip()
-    if v in ("", "0", "1", "2"):
-        return int(v) if v else None
-    raise ConfigError("FUSEDMOE_DECODE_L2", v, "0, 1 or 2", "unset it or set e.g. FUSEDMOE_DECODE_L2=1")
 
 
 def decode_pdl() -> bool:

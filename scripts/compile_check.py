@@ -347,7 +347,6 @@ def main() -> int:
                 (f"{name} T={T} gemm1 map+bias", dk.gemm1_launch(x, w13, ids, "swigluoai", h, expert_map=emap,
                                                                bias=torch.empty(E, 2 * I, dtype=bf))),
                 (f"{name} T={T} gemm1 pdl", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True)),
-                (f"{name} T={T} gemm1 pdl l2", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True, l2_next=w2)),
                 (f"{name} T={T} gemm2 pdl", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True)),
                 (f"{name} T={T} gemm2 pdl tiles8", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True, config=dict(
                     dk.decode_config(8, T, H, I, 2, 132), TILES=8))),
@@ -383,10 +382,6 @@ def main() -> int:
         cases += [
             (f"{lab} gemm1", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h, b_scale=s13,
                                              pdl=True, **q)),
-            (f"{lab} gemm1 l2", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h, b_scale=s13,
-                                                pdl=True, l2_next=a2, **q)),
-            (f"{lab} gemm1 l2 after", dk.gemm1_launch(torch.empty(T, H, dtype=bf), a13, ids, "silu", h,
-                                                      b_scale=s13, pdl=True, l2_next=a2, l2_mode=2, **q)),
             (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, **q)),
             (f"{lab} gemm2 tiles4", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=dict(
                 dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None), TILES=4), **q)),
@@ -484,9 +479,6 @@ def main() -> int:
         try:
             ck = compile_spec(spec)
             mma = "wgmma" if "wgmma" in ck.asm["ptx"] else ("mma" if "mma.sync" in ck.asm["ptx"] else "")
-            if " l2" in label and "prefetch.global.L2" not in ck.asm["ptx"]:
-                raise AssertionError("no prefetch.global.L2 in the PTX (the L2 prefetch was dropped)")
-            mma += " l2-prefetch" if "prefetch.global.L2" in ck.asm["ptx"] else ""
             print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B {mma}"
                   f"  {reg_usage(ck.asm['cubin'])}", flush=True)
         except Exception as e:  # print the compiler's message and go on

@@ -307,65 +307,6 @@ def test_gpu_gemm2_tiles_real_size(T, monkeypatch):
     assert _rel(got, ref) < TOL_BF16
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("case", ["qwen3-bf16", "deepseek-tp8-fp8-block-map", "odd-fp8-channel"])
-@pytest.mark.parametrize("T", [1, 3])
-def test_gpu_decode_l2_prefetch_bitwise(case, T):
-    # GEMM1 asking L2 for w2 (prefetch.global.L2 per 128-byte line, _l2_prefetch_next) is a
-    # hint: the layer is bitwise the same with it before / after a program's work, with pairs
-    # dropped by an expert map (no prefetch for them) and sizes no line or tile divides
-    from fusedmoe.kernels.decode import gemm1_launch
-    E_, H_, I_, k = {"qwen3-bf16": (128, 2048, 768, 8), "deepseek-tp8-fp8-block-map": (256, 7168, 256, 8),
-                     "odd-fp8-channel": (7, 200, 72, 3)}[case]
-    x = _x(T, H_, torch.bfloat16)
-    tw, ids = _routing(T, E_, k, seed=T + 50)
-    kw, emap = {}, None
-    if case == "qwen3-bf16":
-        w13, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16)
-    else:
-        w13 = (_randn(E_, 2 * I_, H_, seed=51) * 0.05).to(torch.float8_e4m3fn)
-        w2 = (_randn(E_, H_, I_, seed=52) * 0.05).to(torch.float8_e4m3fn)
-        if "block" in case:
-            g = torch.Generator().manual_seed(53)
-            s1 = (torch.rand(E_, 2 * I_ // 128, H_ // 128, generator=g) + 0.5).to(DEV)
-            s2 = (torch.rand(E_, H_ // 128, I_ // 128, generator=g) + 0.5).to(DEV)
-            kw = dict(quant="block", block_shape=(128, 128))
-            emap = torch.where(torch.arange(E_) % 3 == 0, -1, torch.arange(E_)).to(torch.int32).to(DEV)
-        else:
-            g = torch.Generator().manual_seed(54)
-            s1, s2 = (torch.rand(E_, 2 * I_, generator=g) + 0.5).to(DEV), (torch.rand(E_, H_, generator=g) + 0.5).to(DEV)
-            kw = dict(quant="channel")
-    s13 = dict(b_scale=s1) if kw else {}
-    s2_ = dict(b_scale=s2) if kw else {}
-    spec = gemm1_launch(x, w13, ids, "silu", torch.empty(T * k, I_, dtype=torch.bfloat16, device=DEV),
-                        l2_next=w2, **kw, **s13)
-    assert spec[3]["L2"] == 1 and spec[3]["L2_LINES"] * spec[1][0] * spec[3]["L2_STEP"] >= H_ * I_
-    outs = []
-    for l2 in (0, 1, 2):
-        h = torch.zeros(T * k, I_, dtype=torch.bfloat16, device=DEV)
-        decode_gemm1(x, w13, ids, "silu", h, expert_map=emap, l2_next=w2 if l2 else None, l2_mode=l2, **kw, **s13)
-        outs.append((h, decode_gemm2(h, w2, ids, tw, expert_map=emap, **kw, **s2_)))
-    for h, out in outs[1:]:
-        assert torch.equal(h, outs[0][0]) and torch.equal(out, outs[0][1])
-    if not kw:          # (the 8-bit cases' math is test_decode_8bit_weights_16bit_activations')
-        assert _rel(outs[0][1], moe_ref(x, w13, w2, tw, ids, round_h_to=torch.bfloat16)) < TOL_BF16
-
-
-def test_l2_prefetch_args():
-    # which launches prefetch, and that a pair's programs cover its expert's w2 span in whole lines
-    from fusedmoe.kernels.decode import L2_MAX_LINES, l2_prefetch_args
-    w2 = torch.empty(6, 200, 72, dtype=torch.bfloat16)
-    args, c = l2_prefetch_args(w2, 5, 1, w2)
-    assert c["L2"] == 1 and c["L2_STEP"] == 64 and args[1] == 200 * 72 and args[2] == 200 * 72
-    assert args[3] == c["L2_LINES"] * 64 and 5 * args[3] >= 200 * 72 and 4 * args[3] < 200 * 72 + 64 * c["L2_LINES"]
-    assert l2_prefetch_args(w2, 5, 2, w2)[1]["L2"] == 2
-    for off in [(None, 5, 1), (w2, 5, 0), (w2.transpose(1, 2), 5, 1), (w2[:, :, :64], 5, 1)]:
-        assert l2_prefetch_args(*off, w2)[1] == dict(L2=0)                # off, or not one contiguous span
-    big = torch.empty(2, 8192, 8192, dtype=torch.float8_e4m3fn)        # a share above the cap: cut there
-    assert l2_prefetch_args(big, 4, 1, big)[1]["L2_LINES"] == L2_MAX_LINES
-
-
 def _cached_config_of(spec) -> dict:
     c = spec[3]
     return dict(BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], num_warps=spec[4], PREFETCH=c["PREFETCH"])

@@ -102,9 +102,6 @@ def decode_pairs(config: MoEConfig, mode: str = "16bit") -> int:
     return max(k, {"16bit": E // 4, "a16": min(E // 4, 32), "a8": E // 16, "tc": tc, "auto": tc}[mode])
 
 
-DECODE_L2_DEFAULT = 0     # the decode GEMM1's L2 prefetch of GEMM2's weights: off until measured
-
-
 def decode_pdl_ok(platform) -> bool:
     """Programmatic dependent launch for the decode GEMM2: CUDA sm90+, a Triton with
     griddepcontrol, FUSEDMOE_DECODE_PDL not 0 (read once, at construction)."""
@@ -258,11 +255,6 @@ class TritonExperts(Experts):
         self._mode16 = DecodeMode(a16=True, tc=False, pdl=pdl_ok, chain=False)
         self._mode8 = DecodeMode(a16=False, tc=mode in ("tc", "auto"), pdl=chain, chain=chain)
         self.decode_pairs = decode_pairs(config, mode)  # env read once
-        # the decode GEMM1 asks L2 for GEMM2's weights of its pairs' experts while it streams
-        # its own (kernels/decode.py _l2_prefetch_next; inline PTX, CUDA only): GEMM2 then
-        # reads them from L2. FUSEDMOE_DECODE_L2 (0 off, 1 before, 2 after a program's work)
-        l2 = env.decode_l2()
-        self.decode_l2 = (DECODE_L2_DEFAULT if l2 is None else l2) if platform.kind == "cuda" else 0
         # (both decode GEMMs in one launch was measured slower than the two with PDL on the
         # H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8 46.3 vs 33.1; docs/BENCHMARKS.md.
         # Removed in session 12: wrong on tiny grids on the GPU; commit e6c0681 has it.)
@@ -501,14 +493,12 @@ class TritonExperts(Experts):
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if mode.tc and x.element_size() == 1:     # (the tc slots are decode.py's: same positions)
             gemm1_launch, gemm2_launch = self._tc_launches(x, h, ids, out, expert_map)
-            l2 = {}
         else:
             gemm1_launch, gemm2_launch = dk.gemm1_launch, dk.gemm2_launch
-            l2 = dict(l2_next=w.w2, l2_mode=self.decode_l2)
         names = ("out", "ids", "map")
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
                             swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                            a_scale=x_scale, b_scale=w.w13_scale, pdl=mode.pdl, pdl_wait=mode.chain, **q, **l2)
+                            a_scale=x_scale, b_scale=w.w13_scale, pdl=mode.pdl, pdl_wait=mode.chain, **q)
         slots = [S1[n] for n in ("x",) + names + (("a_scale",) if x_scale is not None else ())]
         b1 = bind(*spec, slots=slots)
         hq, h_scale = self._dquant(h, w.a2_scale, mode, mode.chain, role="h")

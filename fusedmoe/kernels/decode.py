@@ -387,59 +387,32 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
             acc = tl.zeros_like(acc)                   # (not acc * 0: a NaN would reach the next tile)
 
 
-@triton.jit
-def _l2_prefetch_next(pid_n, s, ids_ptr, map_ptr, num_global, E, p2_ptr, p2_stride_e, P2_SPAN, P2_CHUNK,
-                      HAS_MAP: tl.constexpr, L2_LINES: tl.constexpr, L2_STEP: tl.constexpr):
-    """Ask L2 for GEMM2's weights of pair s's expert while GEMM1 streams its own: program
-    pid_n of the pair takes the P2_CHUNK elements from pid_n * P2_CHUNK of the expert's
-    contiguous P2_SPAN (L2_LINES lines of L2_STEP elements, 128 B, one prefetch a line).
-    A hint (prefetch.global.L2): no registers held, no result, nothing read back here;
-    GEMM2 then finds the lines in L2. CUDA only (inline PTX: not under the interpreter)."""
-    e = tl.max(_local_experts(ids_ptr, map_ptr, s + tl.arange(0, 1) * 0, tl.arange(0, 1) >= 0,
-                              num_global, E, HAS_MAP))
-    start = pid_n * P2_CHUNK
-    if (e >= 0) & (start < P2_SPAN):
-        offs = tl.minimum(start + tl.arange(0, L2_LINES) * L2_STEP, P2_SPAN - 1)
-        tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l",
-                                  [p2_ptr + e.to(tl.int64) * p2_stride_e + offs], dtype=tl.int32,
-                                  is_pure=False, pack=1)
-
-
 @triton.jit(do_not_specialize=["num_global"])
 def _decode_gemm1_kernel(
     x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ids_ptr, map_ptr,
     N_OUT, K, num_global, E,
     stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha, p2_ptr, p2_stride_e, P2_SPAN, P2_CHUNK,
+    limit, alpha,
     TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
     PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
-    L2: tl.constexpr = 0, L2_LINES: tl.constexpr = 1, L2_STEP: tl.constexpr = 1,
 ):
     """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2, or the
     requantization of h) launch as soon as every program of this grid runs. PDL_WAIT: this
     grid is itself a programmatic dependent of the kernel that wrote x (the quantization of
-    x): the first weight tile is loaded before waiting for it. L2 1 / 2: prefetch GEMM2's
-    weights of the pair's expert into L2 (``_l2_prefetch_next``) before / after this
-    program's own work; 0: not."""
+    x): the first weight tile is loaded before waiting for it."""
     if PDL:
         gdc_launch_dependents()
-    if L2 == 1:
-        _l2_prefetch_next(tl.program_id(0), tl.program_id(1).to(tl.int64), ids_ptr, map_ptr, num_global, E, p2_ptr,
-                          p2_stride_e, P2_SPAN, P2_CHUNK, HAS_MAP, L2_LINES, L2_STEP)
     _gemm1_item(tl.program_id(0), tl.program_id(1).to(tl.int64), x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr,
                 b_scale_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
                 stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
                 stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N, GROUP_K,
                 INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0)
-    if L2 == 2:
-        _l2_prefetch_next(tl.program_id(0), tl.program_id(1).to(tl.int64), ids_ptr, map_ptr, num_global, E, p2_ptr,
-                          p2_stride_e, P2_SPAN, P2_CHUNK, HAS_MAP, L2_LINES, L2_STEP)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -607,10 +580,8 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
                  alpha: float = 1.702, limit: float = 7.0, quant: str = "none",
                  a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
                  block_shape: Optional[tuple] = None, config: Optional[dict] = None,
-                 quantize_a: Optional[str] = None, scale_pow2: bool = False, pdl: bool = False,
-                 l2_next: Optional[torch.Tensor] = None, l2_mode: int = 1) -> torch.Tensor:
+                 quantize_a: Optional[str] = None, scale_pow2: bool = False, pdl: bool = False) -> torch.Tensor:
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) per pair s (rows of dropped pairs unwritten).
-    ``l2_next`` / ``l2_mode``: GEMM2's weights to prefetch into L2 (``gemm1_launch``; CUDA).
 
     Same operands and conventions as ``grouped_gemm.gemm1_act`` (halves layout, quantized
     operands and scales), with the routing ids instead of an AlignResult. ``quantize_a``
@@ -632,7 +603,7 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
     launch(*gemm1_launch(x, w13, topk_ids, activation, out, expert_map=expert_map, bias=bias,
                          swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=a_scale,
                          b_scale=b_scale, block_shape=block_shape, config=config, quantize_a=quantize_a,
-                         scale_pow2=scale_pow2, pdl=pdl, l2_next=l2_next, l2_mode=l2_mode))
+                         scale_pow2=scale_pow2, pdl=pdl))
     return out
 
 
@@ -643,17 +614,14 @@ GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
 
 def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=None, swiglu_limit=None,
                  alpha=1.702, limit=7.0, quant="none", a_scale=None, b_scale=None, block_shape=None,
-                 config=None, quantize_a=None, scale_pow2=False, pdl=False, pdl_wait=False,
-                 l2_next: Optional[torch.Tensor] = None, l2_mode: int = 1) -> tuple:
+                 config=None, quantize_a=None, scale_pow2=False, pdl=False, pdl_wait=False) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of
     ``decode_gemm1``'s launch (T > 0, out given): for ``launch(*spec)`` or
     ``launcher.bind(*spec, slots=...)`` (GEMM1_SLOTS; ``topk_ids.view(-1)`` is the ids slot,
     and the map slot when ``expert_map`` is None). ``pdl``: let the next kernel, launched
     with ``pdl`` (``gemm2_launch``), start before this one ends (sm90+). ``pdl_wait``: this
     launch is itself a programmatic dependent of the kernel that wrote x (a quantization
-    launched with ``pdl``): weights first, then x. ``l2_next``: GEMM2's weights [E, H, I]
-    (CUDA): each program asks L2 for its share of its pair's expert's ones (``l2_mode`` 1:
-    before its own work, 2: after; ``l2_prefetch_args``)."""
+    launched with ``pdl``): weights first, then x."""
     assert not (pdl_wait and quantize_a is not None), "PDL: x is read after the wait; quantize_a reads it before"
     T, k = topk_ids.shape
     N13, K = w13.shape[1:]
@@ -663,32 +631,13 @@ def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=Non
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         2 if gated else 1, T * k, n_out, K, x, w13, topk_ids, expert_map, bias, quant, a_scale, b_scale,
         block_shape, quantize_a, scale_pow2, config)
-    tiles = cdiv(n_out, config["BLOCK_N"])
-    l2_args, l2_consts = l2_prefetch_args(l2_next, tiles, l2_mode, w13)
-    return (_decode_gemm1_kernel, (tiles, T * k), (
+    return (_decode_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), T * k), (
         x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap,
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
-        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), *l2_args,
+        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, PDL=pdl, PDL_WAIT=pdl_wait,
-            **consts, **l2_consts), config.get("num_warps", 4), None, pdl_wait)
-
-
-L2_LINE = 128           # bytes a prefetch asks for
-L2_MAX_LINES = 1024     # a program's share is cut here (a hint: the rest is read from HBM by GEMM2)
-
-
-def l2_prefetch_args(w2: Optional[torch.Tensor], tiles: int, mode: int, fallback: torch.Tensor) -> tuple:
-    """(the 4 trailing arguments, the constexprs) of GEMM1's L2 prefetch of GEMM2's weights
-    ``w2`` [E, H, I] (``_l2_prefetch_next``): each of a pair's ``tiles`` programs takes an
-    equal share of its expert's H * I elements, in whole 128-byte lines. Off (L2 0) when
-    ``w2`` is None, ``mode`` is 0, or an expert's weights are not one contiguous span."""
-    if w2 is None or mode == 0 or w2.dim() != 3 or w2.stride(2) != 1 or w2.stride(1) != w2.shape[2]:
-        return (fallback, 0, 0, 0), dict(L2=0)
-    span = w2.shape[1] * w2.shape[2]
-    step = max(1, L2_LINE // w2.element_size())
-    lines = min(L2_MAX_LINES, next_power_of_2(cdiv(cdiv(span, tiles), step)))
-    return (w2, w2.stride(0), span, lines * step), dict(L2=mode, L2_LINES=lines, L2_STEP=step)
+            **consts), config.get("num_warps", 4), None, pdl_wait)
 
 
 def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
@@ -743,16 +692,14 @@ def decode_forward(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_we
                    topk_ids: torch.Tensor, activation: str = "silu", *, expert_map=None, w13_bias=None,
                    w2_bias=None, swiglu_limit=None, alpha: float = 1.702, limit: float = 7.0,
                    out: Optional[torch.Tensor] = None, config1: Optional[dict] = None,
-                   config2: Optional[dict] = None, pdl: bool = False, l2: int = 0) -> torch.Tensor:
+                   config2: Optional[dict] = None, pdl: bool = False) -> torch.Tensor:
     """decode_gemm1 -> decode_gemm2 for 16-bit / fp32 weights: out [T, H] in x's dtype.
     ``pdl``: GEMM2 as a programmatic dependent launch of GEMM1 (sm90+, see gemm2_launch).
-    ``l2`` 1 / 2: GEMM1 prefetches w2 into L2 (CUDA; ``gemm1_launch``'s ``l2_mode``).
     (Session 4 also built both GEMMs as one launch, GEMM2 items polling per-token counters:
     slower than two launches with PDL on the H100, and in session 12 found to read h before
     GEMM1 wrote it on tiny grids on the GPU (the CPU-sized tests, first run there whole):
     removed; commit e6c0681 has it.)"""
     h = decode_gemm1(x, w13, topk_ids, activation, expert_map=expert_map, bias=w13_bias,
-                     swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, config=config1, pdl=pdl,
-                     l2_next=w2 if l2 else None, l2_mode=l2)
+                     swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, config=config1, pdl=pdl)
     return decode_gemm2(h, w2, topk_ids, topk_weights, out, expert_map=expert_map, bias=w2_bias,
                         config=config2, pdl=pdl)
