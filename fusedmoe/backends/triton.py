@@ -543,18 +543,10 @@ class TritonExperts(Experts):
             # atomic sum, on the side stream; the quantization of x on this one; GEMM1 waits
             # for the alignment only, GEMM2 for the side stream (join). Every kernel is the
             # same as without the fork: the results are bitwise the same.
-            # The forward pins the launch state (device, stream) at its first launch
-            # (launcher.pin_launch_state): the side block pins its own, or its launches would
-            # go to the main stream, or the rest of the forward to the side stream.
-            from ..kernels.launcher import pin_launch_state, unpin_launch_state
             main = torch.cuda.current_stream(ids.device)
             side.wait_stream(main)
             with torch.cuda.stream(side):
-                token = pin_launch_state()
-                try:
-                    align = aligned()
-                finally:
-                    unpin_launch_state(token)
+                align = aligned()
                 done = torch.cuda.Event()
                 done.record(side)
                 if zero is not None:
