@@ -22,10 +22,6 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
 | FUSEDMOE_DECODE_TILES       | N tiles a decode GEMM2 program takes (kernels/decode.py       |
 |                             | ``TILES``; default: ``decode.gemm2_tiles``'s rule), for A/Bs  |
-| FUSEDMOE_OVERLAP            | 0: the ``triton`` grouped path runs on one stream. Default 1  |
-|                             | (CUDA): beyond the PDL chain's bound the alignment and the    |
-|                             | zeroing of GEMM2's atomic sum run on a second stream, beside  |
-|                             | the quantization of x and GEMM1 (backends/triton.py)          |
 | FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
 |                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
 |                             | not programmatic dependent launches of the kernel before      |
@@ -67,7 +63,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_OVERLAP", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
              "FUSEDMOE_REDUCE")
 
 
@@ -127,11 +123,6 @@ def decode_tiles() -> int | None:
 def decode_pdl() -> bool:
     """False when FUSEDMOE_DECODE_PDL is 0/false (on by default where the device has it)."""
     return os.environ.get("FUSEDMOE_DECODE_PDL", "1").strip() not in ("0", "false", "False")
-
-
-def overlap() -> bool:
-    """False when FUSEDMOE_OVERLAP is 0/false (on by default on CUDA)."""
-    return os.environ.get("FUSEDMOE_OVERLAP", "1").strip() not in ("0", "false", "False")
 
 
 def prefill_pdl() -> bool:

@@ -5,7 +5,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_layer.py -k "overlap or atomic_k_sum" 2>&1 \
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_layer.py -k "overlap or atomic_k_sum or prefill_pdl or graph_capture" 2>&1 \
   | tail -4 | tee "$OUT/s16c_tests.txt"
 b() {  # overlap model quants tokens [extra]
   FUSEDMOE_OVERLAP=$1 timeout 150 python3 -m fusedmoe bench --peers none --backend triton --no-progress \

@@ -406,18 +406,6 @@ def test_triton_reduce_rule():
     # MASK_A by rule: padding rows masked up to 4 blocks of pairs an expert (grouped_gemm.mask_a_rule)
     assert "GEMM1 and GEMM2 padding rows load nothing" in rep["T=256"]
     assert "padding rows" not in rep["T=16384"]
-    # beyond the PDL chain's bound the alignment and the zeroing go on a second stream
-    assert "the zeroing of the atomic sum on a second stream, beside GEMM1" in rep["T=16384"]
-    assert "second stream" not in rep["T=256"]
-    assert "quantization of x and GEMM1" in _variants(qw, QuantScheme.parse("fp8_channel"), h100)["T=16384"]
-    assert "second stream" not in _variants(qw, QuantScheme(), cpu).get("T=16384", "")
-
-
-def test_overlap_env(monkeypatch):
-    from fusedmoe.backends.triton import overlap_ok
-    assert overlap_ok(Platform.preset("h100")) and not overlap_ok(Platform.preset("cpu"))
-    monkeypatch.setenv("FUSEDMOE_OVERLAP", "0")
-    assert not overlap_ok(Platform.preset("h100"))
 
 
 def test_triton_decode_pair_bounds(monkeypatch):

@@ -268,11 +268,6 @@ class TritonExperts(Experts):
         h_quant = env.h_quant()          # (read, and checked, whatever the scheme)
         self.h_epilogue = (self.scheme.method in (QuantMethod.FP8_BLOCK, QuantMethod.FP8_CHANNEL)
                            and h_quant == "epilogue")
-        # the grouped path beyond the PDL chain's bound: the alignment and the zeroing of
-        # GEMM2's atomic sum run on a second stream, beside the quantization of x and GEMM1
-        # (FUSEDMOE_OVERLAP; _side_stream)
-        self.overlap = overlap_ok(platform)
-        self._sides: dict = {}
 
     def reduce_for(self, T: int, c2: dict | None = None) -> str:
         """How a grouped-path call of T tokens sums each token's k slots after GEMM2:
@@ -518,44 +513,17 @@ class TritonExperts(Experts):
         self._plans[key] = (b1, b2, h, out.stride())
         return out
 
-    def _side_stream(self, device):
-        """This backend's second stream on ``device`` (made once)."""
-        side = self._sides.get(device)
-        if side is None:
-            side = self._sides[device] = torch.cuda.Stream(device)
-        return side
-
     def _apply_grouped(self, prep, ws, expert_map):
         from ..kernels.align import AlignResult, align_block_size
-        from ..kernels.grouped_gemm import atomic_sum_target, gemm1_act, gemm2
+        from ..kernels.grouped_gemm import gemm1_act, gemm2
         c, w = self.config, self.weights
         ids = prep.topk_ids
         T, k = ids.shape
         c1, c2 = self.configs(T)
+        x, x_scale = self._quant(prep.a1q, w.a13_scale)
         pdl = self.prefill_pdl_for(T)
-        reduce = self.reduce_for(T, c2)
-        aligned = lambda: align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,  # noqa: E731
-                                           out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]), pdl=pdl)
-        zero = atomic_sum_target(ws["out"], ws.get("y"), k, c2, reduce)
-        side = self._side_stream(ids.device) if self.overlap and not pdl else None
-        if side is not None:
-            # fork: the alignment (a few latency-bound launches), then the zeroing of GEMM2's
-            # atomic sum, on the side stream; the quantization of x on this one; GEMM1 waits
-            # for the alignment only, GEMM2 for the side stream (join). Every kernel is the
-            # same as without the fork: the results are bitwise the same.
-            main = torch.cuda.current_stream(ids.device)
-            side.wait_stream(main)
-            with torch.cuda.stream(side):
-                align = aligned()
-                done = torch.cuda.Event()
-                done.record(side)
-                if zero is not None:
-                    zero.zero_()
-            x, x_scale = self._quant(prep.a1q, w.a13_scale)
-            main.wait_event(done)
-        else:
-            x, x_scale = self._quant(prep.a1q, w.a13_scale)
-            align = aligned()
+        align = align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,
+                                 out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]), pdl=pdl)
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
@@ -575,13 +543,10 @@ class TritonExperts(Experts):
             h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
                           config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
             h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
-        if side is not None:
-            main.wait_stream(side)
         return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
-                     config=c2, reduce=reduce, workspace=ws.get("y"),
-                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, **q,
-                     zeroed=side is not None and zero is not None)
+                     config=c2, reduce=self.reduce_for(T, c2), workspace=ws.get("y"),
+                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, **q)
 
 
 def _check(config: MoEConfig, quant, platform):
@@ -683,18 +648,8 @@ def _variants(config, quant, platform):
                              else "; the alignment's scan and scatter (> 512 pairs) and GEMM1 (and the requantization "
                              "after it) as programmatic dependent launches; GEMM2 an ordinary launch after the "
                              "output's zeroing") if prefill_pdl_ok(platform)
-                            and prefill_pdl_bound(config, T) else "")
-                         + (("; the alignment" + ("" if red == "deterministic" else " and the zeroing of the atomic sum")
-                             + " on a second stream, beside " + ("the quantization of x and " if quantized else "")
-                             + "GEMM1 (FUSEDMOE_OVERLAP)")
-                            if overlap_ok(platform) and not (prefill_pdl_ok(platform) and prefill_pdl_bound(config, T))
-                            else ""))
+                            and prefill_pdl_bound(config, T) else ""))
     return out
-
-
-def overlap_ok(platform) -> bool:
-    """The grouped path may fork onto a second stream (CUDA, FUSEDMOE_OVERLAP not 0)."""
-    return platform.kind == "cuda" and env.overlap()
 
 
 def _make(config, weights, platform, fmt, *, deterministic=False, max_num_tokens=None):

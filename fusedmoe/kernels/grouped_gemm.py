@@ -945,25 +945,12 @@ def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict,
     return (num_tokens, hidden), torch.float32
 
 
-def atomic_sum_target(out: torch.Tensor, workspace: Optional[torch.Tensor], top_k: int, config: dict,
-                      reduce: str) -> Optional[torch.Tensor]:
-    """The [T, H] tensor ``gemm2`` adds into atomically (``out``, or the fp32 ``workspace``),
-    which must be zero before it runs; None for the deterministic reduce, or when the
-    workspace it needs is not given (``gemm2`` then allocates and zeroes it itself)."""
-    if reduce == "deterministic":
-        return None
-    if gemm2_workspace_spec(out.shape[0], top_k, out.shape[1], config, reduce, out.dtype) is None:
-        return out
-    return workspace
-
-
 def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: torch.Tensor,
           out: Optional[torch.Tensor] = None, *, mul_routed_weight: bool = True,
           bias: Optional[torch.Tensor] = None, config: dict, reduce: str = "deterministic",
           workspace: Optional[torch.Tensor] = None, quant: str = "none",
           a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
-          block_shape: Optional[tuple] = None, pdl: bool = False, a_group: Optional[int] = None,
-          zeroed: bool = False) -> torch.Tensor:
+          block_shape: Optional[tuple] = None, pdl: bool = False, a_group: Optional[int] = None) -> torch.Tensor:
     """out [T, H] = sum_j topk_weights[t, j] * (h[s] @ w2[e]^T + bias[e]) over kept slots.
 
     h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
@@ -973,9 +960,7 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     ``quant`` / scales as in ``gemm1_act`` with M = n rows of h and K = I. ``pdl``: GEMM2
     and the reduce as programmatic dependent launches (as in ``gemm1_act``). ``a_group`` g:
     a_scale [n, ceil(I/g)] holds 1 x g group scales of h (``gemm1_act``'s ``out_group``)
-    whatever ``quant`` says of w2 (BLOCK_SIZE_K must divide g; RESCALE applies). ``zeroed``:
-    the caller has zeroed ``atomic_sum_target``'s tensor already (e.g. on another stream,
-    overlapped with GEMM1): the atomic modes skip their zeroing.
+    whatever ``quant`` says of w2 (BLOCK_SIZE_K must divide g; RESCALE applies).
     """
     T, k = topk_weights.shape
     H = w2.shape[1]
@@ -991,8 +976,7 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     atomic = reduce != "deterministic"
     if atomic:
         c = out if spec is None else workspace                                   # [T, H]
-        if not zeroed:
-            c.zero_()
+        c.zero_()
         pdl = False      # its programs must not start before the zeroing is done
         c_div, stride_cs = k, 0
     else:
