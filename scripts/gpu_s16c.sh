@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Session 16, call 3 (H100): the grouped path's second stream (alignment + zeroing of the atomic
+# (Reverted: no gain, docs/BENCHMARKS.md sixteenth section; the code is at commit 319c010.)
 # sum beside the quantization of x and GEMM1). Its GPU tests, then FUSEDMOE_OVERLAP=0 / 1
 # alternating, bf16 and W8A8 in the same run each time.
 set -uo pipefail
