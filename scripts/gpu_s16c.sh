@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 16, call 3 (H100): the grouped path's second stream (alignment + zeroing of the atomic
-# (Reverted: no gain, docs/BENCHMARKS.md sixteenth section; the code is at commit 319c010.)
 # sum beside the quantization of x and GEMM1). Its GPU tests, then FUSEDMOE_OVERLAP=0 / 1
 # alternating, bf16 and W8A8 in the same run each time.
+# (Reverted: no gain, docs/BENCHMARKS.md sixteenth section; the code is at commit 319c010.)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
