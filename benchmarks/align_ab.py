@@ -1,6 +1,7 @@
 """A/B of the chunked alignment's scan on one program vs several (on the GPU).
 
-    python3 benchmarks/align_ab.py [--rounds 3] [--pdl] [--skew 0.3] [--sweep] [--out align_ab.json]
+    python3 benchmarks/align_ab.py [--rounds 3] [--pdl] [--skew 0.3] [--sweep | --chunks 512,1024,2048]
+                                   [--out align_ab.json]
 
 For n = T*k pairs past SMALL_MAX (the 3-launch path: count, scan, scatter): CUDA-graph µs of
 one align_block_size call (all three launches) with the scan forced onto one program
@@ -8,7 +9,8 @@ one align_block_size call (all three launches) with the scan forced onto one pro
 alternating rounds over rotating routings (3 sets, each its own buffers). Before timing, both
 variants' outputs (sorted_ids, expert_ids, num_tokens_post_padded) must be identical, and
 equal to the plain-torch reference's meaningful prefix. ``--sweep`` adds forced grids of
-2, 4, 8, 16, 32 programs (data for the rule in _scan_launch).
+2, 4, 8, 16, 32 programs (data for the rule in _scan_launch). ``--chunks`` times the default
+grid at each chunk size instead (data for ``_chunk_for``), after the same bitwise check.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ def main() -> int:
     ap.add_argument("--pdl", action="store_true", help="scan and scatter as programmatic dependent launches")
     ap.add_argument("--skew", type=float, default=None, help="Dirichlet alpha of expert popularity (hot experts)")
     ap.add_argument("--sweep", action="store_true", help="also time the scan forced on 2, 4, 8, 16, 32 programs")
+    ap.add_argument("--chunks", default=None, help="comma list of chunk sizes to time (default grid each)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     a = ap.parse_args()
     from fusedmoe.bench.harness import make_routing, time_graph
@@ -52,6 +55,12 @@ def main() -> int:
         p_dflt, _ = al._scan_launch(-(-n // chunk), bm, E, mp // bm, None, a.pdl)
         variants = [1, None] + ([2, 4, 8, 16, 32] if a.sweep else [])
         name = {v: f"default P={p_dflt}" if v is None else f"P={v}" for v in variants}
+        if a.chunks:    # (P=1 stays: the bitwise reference of every chunk size)
+            variants = [1] + [("chunk", int(c)) for c in a.chunks.split(",")]
+            name = {v: "P=1" if v == 1 else f"chunk {v[1]}" + (" (rule)" if v[1] == chunk else "") for v in variants}
+
+        def kw(v):
+            return dict(chunk=v[1]) if isinstance(v, tuple) else dict(scan_programs=v)
         # the same bits on every grid, and the reference's layout
         for x in ids:
             one = al.align_block_size(x, bm, E, pdl=a.pdl, scan_programs=1)
@@ -61,7 +70,7 @@ def main() -> int:
                 print(f"MISMATCH {label}: P=1 vs the reference", flush=True)
                 return 1
             for v in variants[1:]:
-                o = al.align_block_size(x, bm, E, pdl=a.pdl, scan_programs=v)
+                o = al.align_block_size(x, bm, E, pdl=a.pdl, **kw(v))
                 if not (torch.equal(one.sorted_ids, o.sorted_ids) and torch.equal(one.expert_ids, o.expert_ids)
                         and torch.equal(one.num_tokens_post_padded, o.num_tokens_post_padded)):
                     print(f"MISMATCH {label}: P=1 vs {name[v]}", flush=True)
@@ -72,7 +81,7 @@ def main() -> int:
         res = {v: [] for v in variants}
         for _ in range(a.rounds):
             for v in variants:
-                calls = [lambda x=x, o=o, v=v: al.align_block_size(x, bm, E, out=o, pdl=a.pdl, scan_programs=v)
+                calls = [lambda x=x, o=o, v=v: al.align_block_size(x, bm, E, out=o, pdl=a.pdl, **kw(v))
                          for x, o in zip(ids, outs[v])]
                 res[v].append(time_graph(calls, reps=200))
         r = dict(case=label, n=n, E=E, BM=bm, chunk=chunk, pdl=a.pdl, skew=a.skew, default_P=p_dflt,
