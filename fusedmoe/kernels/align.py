@@ -56,7 +56,11 @@ _FILL_B = 1024        # blocks / slots written per step by _write_layout's fill 
 
 
 def _chunk_for(n: int) -> int:
-    return 128 if n <= 4096 else (512 if n <= 16384 else 1024)
+    """Pairs per chunk of the 3-launch path. H100 (benchmarks/align_ab.py --chunks, CUDA graph,
+    E=128, docs/BENCHMARKS.md sixteenth session): n=32768 chunk 512 12.4 us, 1024 15.7, 256
+    13.8; n=131072 1024 19.6 us, 512 20.2, 2048 34.7; n=8192 256 10.5, 512 10.9 (H200: 512
+    11.6, 256 13.5)."""
+    return 128 if n <= 4096 else (512 if n <= 32768 else 1024)
 
 
 @dataclass
