@@ -221,6 +221,21 @@ ROUNDS["s16int8bn128"] = [   # session 16 (H100): triton gives int8 tiles 256 wi
 ]
 
 
+ROUNDS["s16bk256"] = [   # session 16 (H100): 8-bit operands at BK 256 (256 bytes a row a stage, as bf16
+    # BK 128): half the K iterations; the tuner's prefill space stops at BK 128
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
+        ("g2 bk256 s2", "gemm2", dict(BLOCK_SIZE_K=256, num_stages=2)),
+        ("g1 bk256 s2 bn128", "gemm1", dict(BLOCK_SIZE_K=256, num_stages=2, BLOCK_SIZE_N=128)),
+    ], "fp8_channel"),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g2 bk256 s2", "gemm2", dict(BLOCK_SIZE_K=256, num_stages=2)),
+        ("g1 bk256 s2", "gemm1", dict(BLOCK_SIZE_K=256, num_stages=2)),
+    ], "fp8_channel"),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
+        ("g2 bk256 s2", "gemm2", dict(BLOCK_SIZE_K=256, num_stages=2)),
+    ], "int8_channel"),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
