@@ -141,20 +141,6 @@ def grouped_cases() -> list:
             gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
                      torch.empty(T, H, dtype=bf), config=dict(c2x, BLOCK_SIZE_K=64, USE_TMA=True), reduce="atomic_out")
             out.append((f"grouped gemm2 bfloat16 band atomic_out{label}", captured[0]))
-        # stream-K (config STREAM_K) at Mixtral T=256's GEMM2 (K = I = 14336, tiles 128x256x64 w8 s4
-        # TMA, masked padding rows), bf16 into the output; fp8 per channel into an fp32 buffer
-        Em, Hm, Im, Tm = 8, 4096, 14336, 256
-        al_m = _fake_align(Em, Tm, 2)
-        for wd, red in ((bf, "atomic_out"), (fp8, "atomic")):
-            captured.clear()
-            q = {} if wd == bf else dict(quant="channel", a_scale=torch.empty(Tm * 2, 1), b_scale=torch.empty(Em, Hm))
-            gg.gemm2(torch.empty(Tm * 2, Im, dtype=wd), torch.empty(Em, Hm, Im, dtype=wd), al_m, torch.empty(Tm, 2),
-                     torch.empty(Tm, Hm, dtype=bf), config=dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=64
-                                                               if wd == bf else 128, GROUP_SIZE_M=8, num_warps=8,
-                                                               num_stages=4 if wd == bf else 3, USE_TMA=True,
-                                                               STREAM_K=1, MASK_A=True),
-                     reduce=red, workspace=torch.empty(Tm, Hm) if red == "atomic" else None, **q)
-            out.append((f"grouped gemm2 {str(wd)[6:]} stream-k {red}", captured[0]))
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),

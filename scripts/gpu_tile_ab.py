@@ -236,17 +236,6 @@ ROUNDS["s16bk256"] = [   # session 16 (H100): 8-bit operands at BK 256 (256 byte
     ], "int8_channel"),
 ]
 
-ROUNDS["s16streamk"] = [   # session 16 (H100): GEMM2 stream-K (STREAM_K, atomic k-sum). Mixtral T=256:
-    # 128 tiles of 224 K steps on 132 SMs; T=1024: 256 tiles (shipped: split 2, 512 programs)
-    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [
-        ("g2 stream-k", "gemm2", dict(STREAM_K=1)),
-        ("g2 stream-k g8", "gemm2", dict(STREAM_K=1, GROUP_SIZE_M=8)),
-    ]),
-    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [
-        ("g2 stream-k", "gemm2", dict(STREAM_K=1, SPLIT_K=1)),
-    ]),
-]
-
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:

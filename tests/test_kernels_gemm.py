@@ -712,25 +712,6 @@ def test_gpu_mask_a_bitwise_real_size(extra):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU (bf16 tl.dot is wrong under the interpreter)")
-@pytest.mark.parametrize("T,reduce", [(256, "atomic_out"), (1024, "atomic_out"), (256, "atomic")])
-def test_gpu_stream_k_real_size(T, reduce):
-    # GEMM2 stream-K at Mixtral's shape (K = I = 14336: 224 K tiles a tile; T=256: 128 tiles on
-    # the SMs' programs, T=1024: 256): against the reference and the whole-tile launch
-    E_, H_, I_, k = 8, 4096, 14336, 2
-    w13, w2, _, _ = _weights(E_, H_, I_, torch.bfloat16)
-    x = _x(T, H_, torch.bfloat16)
-    tw, ids = _routing(T, E_, k, seed=T)
-    c1 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=4,
-              USE_TMA=True)
-    c2 = dict(c1, BLOCK_SIZE_N=256)
-    sk, plain = [moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=dict(c2, STREAM_K=s),
-                                    reduce=reduce) for s in (1, 0)]
-    assert _frob(sk, moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=torch.bfloat16)) < 1e-2
-    assert _frob(sk, plain) < 5e-3
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU (bf16 tl.dot is wrong under the interpreter)")
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "E{}-H{}-I{}-k{}".format(*s))
 @pytest.mark.parametrize("T", [1, 17, 256, 4096])
 def test_gpu_bf16_real_sizes(shape, T):
