@@ -266,61 +266,6 @@ def test_moe_mask_a_padding_rows_load_nothing(H_, extra):
     assert torch.equal(outs[0], outs[1])
     assert _rel(outs[1], moe_naive_loop(x, w13, w2, tw, ids, "silu")) < TOL[torch.float32]
 
-@pytest.mark.parametrize("reduce", ["atomic", "atomic_out"])
-@pytest.mark.parametrize("I_,stream_k", [(48, 1), (40, 3), (40, 7)])
-def test_moe_stream_k_gemm2(reduce, I_, stream_k):
-    # STREAM_K (GEMM2 with an atomic k-sum): the (tile, K tile) iterations cut into
-    # stream_k x SMs equal runs (the interpreter's 4 SMs: 4, 12, 28 programs), so tiles are
-    # split at K tiles that are not split boundaries, a run spans several tiles, and some
-    # programs start mid-tile. I 40 with BK 16: 3 K tiles, the last one masked. Bias added once
-    # (by the part holding K tile 0), an expert map with a dropped expert and a local one
-    # without tokens, tokens whose slots are all remote (exact zeros)
-    E_g, k = 6, 2
-    emap = torch.tensor([0, -1, 1, -1, 3, 2], dtype=torch.int32, device=DEV)     # local 3: no tokens
-    w13, w2, b13, b2 = _weights(4, H, I_, torch.float32, bias=True)
-    x = _x(29, H, torch.float32)
-    tw, ids = _routing(29, E_g, k, seed=31)
-    ids[ids == 4] = 0
-    ids[:2] = torch.tensor([[1, 3], [3, 1]], dtype=torch.int32)
-    c2 = dict(SMALL, BLOCK_SIZE_K=16, STREAM_K=stream_k)
-    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
-    res = align_block_size(ids, 16, 4, emap)
-    kt = -(-I_ // 16)
-    n_tiles = res.num_tokens_post_padded.item() // 16 * (H // 16)
-    P = stream_k * 4
-    assert stream_k == 1 or any((q * n_tiles * kt // P) % kt for q in range(P))   # runs starting mid-tile
-    h = gemm1_act(x, w13, res, k, "silu", bias=b13, config=dict(SMALL, STREAM_K=stream_k))   # GEMM1: ignored
-    out = torch.full((29, H), float("nan"), device=DEV)
-    gemm2(h, w2, res, tw, out, bias=b2, config=c2, reduce=reduce)
-    assert (out[:2] == 0).all() and _rel(out, ref) < 1e-5
-    plain = gemm2(h, w2, res, tw, bias=b2, config=dict(c2, STREAM_K=0), reduce=reduce)
-    assert _rel(out, plain) < 1e-6
-    # the deterministic reduce cannot take partial tiles: STREAM_K is ignored, bitwise
-    det = [gemm2(h, w2, res, tw, bias=b2, config=c, reduce="deterministic") for c in (c2, dict(c2, STREAM_K=0))]
-    assert torch.equal(det[0], det[1])
-
-
-@pytest.mark.parametrize("quant,rescale", [("channel", False), ("block", False), ("block", True)])
-def test_quant_gemm2_stream_k(quant, rescale):
-    # stream-K with 8-bit operands: per-channel scales applied to each partial tile, block
-    # scales per K group inside a run that starts mid-tile (I 112 = 4 K tiles of 32 over
-    # groups of 32, RESCALE too). Small integers, power-of-two scales: exact to fp32 rounding
-    I_, T, k = 112, 33, K_TOP
-    dt = torch.float8_e4m3fn
-    block = (16, 32) if quant == "block" else None
-    w2 = _int_operands((E, H, I_), -4, 5, dt, 9)
-    hq = _int_operands((T * k, I_), -4, 5, dt, 12)
-    a2 = _pow2((T * k, -(-I_ // 32)) if block else (T * k, 1), 13)
-    b2 = _pow2((E, H // 16, -(-I_ // 32)) if block else (E, H), 14)
-    tw, ids = _routing(T, E, k)
-    res = align_block_size(ids, 16, E)
-    out = torch.zeros(T, H, device=DEV)
-    gemm2(hq, w2, res, tw, out, config=dict(SMALL, STREAM_K=3, RESCALE=rescale), quant=quant, a_scale=a2,
-          b_scale=b2, block_shape=block, reduce="atomic")
-    ref = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=a2, b_scale=b2, block=block)
-    assert _rel(out, ref) < 1e-5
-
-
 def test_mask_a_rule():
     # on while an expert's rows are at most 4 blocks (Mixtral T=256 / 1024, qwen3 T=4096 at
     # BM 64), off past it (Mixtral T=4096 / 16384), the config's own key first

@@ -208,7 +208,7 @@ def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr, BAND_N: tl.const
 
 @triton.jit
 def _gemm_tile(
-    pid_m, pid_n, pid_k, k_first, e,
+    pid_m, pid_n, pid_k, e,
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
     N_OUT, K, num_pairs, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
@@ -222,10 +222,9 @@ def _gemm_tile(
     EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
-    """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, at most k_tiles K
-    tiles from K tile k_first; pid_k: the K split, whose slice of c a plain store writes.
+    """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
 
     A helper, not part of the kernel body, so that the one-tile-per-program launch and the
     persistent tile loop run the same code (it is inlined: no call remains). No early
@@ -241,12 +240,11 @@ def _gemm_tile(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_bn = offs_n % N_OUT          # wrapped columns: B loads need no N mask, stores do
     offs_k = tl.arange(0, BLOCK_K)
-    # K tiles [k_first, k_first + k_tiles) (split pid_k: k_first = pid_k * k_tiles; stream-K:
-    # a program's share of the tile's K); k_lo written as a
+    # split pid_k owns K tiles [pid_k * k_tiles, (pid_k + 1) * k_tiles); k_lo written as a
     # multiple of the constexpr BLOCK_K so the compiler can prove 16-byte alignment
     # (from an unspecialized int it made every load a scalar 2-byte ld.global.b16 with no
     # cp.async pipelining: Mixtral T=4096 GEMM1 ran at 125 TFLOP/s on H200)
-    k_lo = k_first * BLOCK_K
+    k_lo = pid_k * k_tiles * BLOCK_K
     num_k = tl.minimum(tl.cdiv(K - k_lo, BLOCK_K), k_tiles)
 
     a_ptrs = a_ptr + a_rows[:, None] * stride_am + (k_lo + offs_k)[None, :] * stride_ak         # [BM, BK]
@@ -387,8 +385,8 @@ def _gemm_tile(
     if HAS_BIAS:
         bias_p = bias_ptr + e * stride_bias_e + offs_bn * stride_bias_n
         bias = tl.load(bias_p).to(tl.float32)[None, :]
-        if PARTIAL_K:
-            bias = bias * (k_first == 0).to(tl.float32)  # the part holding K tile 0 adds the bias
+        if SPLIT_K > 1:
+            bias = bias * (pid_k == 0).to(tl.float32)    # one split adds the bias
         acc += bias
         if GATED:
             acc_u += tl.load(bias_p + N_OUT * stride_bias_n).to(tl.float32)[None, :]
@@ -440,7 +438,7 @@ def _moe_gemm_kernel(
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
-    BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, STREAM_K: tl.constexpr = False,
+    BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False,
 ):
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
@@ -448,37 +446,7 @@ def _moe_gemm_kernel(
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    PARTIAL_K: tl.constexpr = SPLIT_K > 1 or STREAM_K
-    if STREAM_K:
-        # stream-K (GEMM2 with an atomic k-sum): the (tile, K tile) iterations of the device's
-        # m-blocks, in tile order, cut into num_programs equal runs; a program walks its run,
-        # one partial tile at a time, and adds each partial sum into c atomically. Every SM
-        # gets the same share of the work where whole tiles would leave some idle (Mixtral
-        # T=256 GEMM2: 128 tiles on 132 SMs)
-        num_m = tl.minimum(tl.load(ntpp_ptr) // BLOCK_M, num_m_blocks)
-        kt = tl.cdiv(K, BLOCK_K)
-        total = (num_m * num_pid_n).to(tl.int64) * kt
-        it = pid * total // tl.num_programs(0)
-        end = (pid + 1) * total // tl.num_programs(0)
-        while it < end:
-            tile = (it // kt).to(tl.int32)
-            k_first = (it - tile * kt).to(tl.int32)
-            k_count = tl.minimum(kt - k_first, (end - it).to(tl.int32))
-            pid_m, pid_n = _tile_coords(tile, num_m, num_pid_n, GROUP_M, BAND_N)
-            e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
-            _gemm_tile(
-                pid_m, pid_n, 0, k_first, e,
-                a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-                c_scale_ptr, N_OUT, K, num_pairs, k_count,
-                stride_am, stride_ak, stride_be, stride_bn, stride_bk,
-                stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
-                limit, alpha,
-                A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
-                A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, PARTIAL_K)
-            it += k_count
-    elif PERSISTENT:
+    if PERSISTENT:
         # grid axis 0 = a few programs per SM, each looping over tiles with a stride of the
         # grid, so one tile's loads overlap the previous tile's epilogue and stores. The loop
         # runs over the m-blocks that exist on the device (num_tokens_post_padded is a
@@ -492,7 +460,7 @@ def _moe_gemm_kernel(
             pid_m, pid_n = _tile_coords(tile, num_m, num_pid_n, GROUP_M, BAND_N)
             e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
             _gemm_tile(
-                pid_m, pid_n, pid_k, pid_k * k_tiles, e,
+                pid_m, pid_n, pid_k, e,
                 a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
                 c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
                 stride_am, stride_ak, stride_be, stride_bn, stride_bk,
@@ -501,7 +469,7 @@ def _moe_gemm_kernel(
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, PARTIAL_K)
+                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -516,7 +484,7 @@ def _moe_gemm_kernel(
             if tl.load(sorted_ids_ptr + pid_m * BLOCK_M) >= num_pairs:
                 return
         _gemm_tile(
-            pid_m, pid_n, pid_k, pid_k * k_tiles, e,
+            pid_m, pid_n, pid_k, e,
             a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
             c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
@@ -525,7 +493,7 @@ def _moe_gemm_kernel(
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, PARTIAL_K)
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
 @triton.jit
@@ -800,14 +768,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     assert persistent >= 0, "PERSISTENT is a number of programs per SM (0: one program per tile)"
     band_n = config.get("BAND_N", 0)
     assert isinstance(band_n, int) and band_n >= 0, "BAND_N is a number of column tiles per band (0: no bands)"
-    # STREAM_K = P (GEMM2 with an atomic k-sum, no split): P programs per SM share the
-    # (tile, K tile) iterations equally (see the kernel); ignored elsewhere
-    stream_k = config.get("STREAM_K", 0)
-    assert isinstance(stream_k, int) and stream_k >= 0, "STREAM_K is a number of programs per SM (0: off)"
-    stream_k = stream_k if (atomic and act == _NO_ACT and split == 1 and not out_group) else 0
-    if stream_k:
-        grid = (min(stream_k * _num_sms(a.device), tiles * cdiv(K, BK)), 1)
-    elif persistent:   # PERSISTENT programs per SM in all, spread over the splits
+    if persistent:   # PERSISTENT programs per SM in all, spread over the splits
         grid = (min(cdiv(persistent * _num_sms(a.device), split), tiles), split)
     else:
         grid = (tiles, split)
@@ -845,7 +806,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=bool(out_group) and _bitwise_fp8(c),
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
-        BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM), STREAM_K=stream_k > 0,
+        BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
