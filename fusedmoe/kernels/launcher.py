@@ -320,7 +320,13 @@ def pin_launch_state():
             unpin_launch_state(token)
 
     (Two calls rather than a context manager: this runs once per forward, and a ``with``
-    block's object and method calls cost about twice as much.)"""
+    block's object and method calls cost about twice as much.)
+
+    Code that switches streams inside a pinned block (``with torch.cuda.stream(side)``) must
+    pin again inside the switch. Otherwise its launches go to the stream pinned first, or,
+    if the switch makes the block's first launch, the rest of the block goes to the side
+    stream. Session 16 found this in a fork it tried (docs/BENCHMARKS.md): graph capture
+    failed with "capturing stream has unjoined work"."""
     token = _pinned.state
     _pinned.state = _UNREAD
     return token
