@@ -699,9 +699,10 @@ def test_gpu_bf16_gemm2_a_resident_real_size(tma):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("T", [3, 5000])
+@pytest.mark.parametrize("T", [3, 2500, 5000])
 def test_gpu_align_large(T):
-    # T=5000, k=8: n = 40000 > SMALL_MAX, the 3-launch path; with an expert map
+    # T=2500 / 5000, k=8: n = 20000 / 40000 > SMALL_MAX, the 3-launch path in chunks of 512 /
+    # 1024 (_chunk_for); with an expert map
     emap = torch.full((256,), -1, dtype=torch.int32, device=DEV)
     emap[64:128] = torch.arange(64, dtype=torch.int32, device=DEV)
     _, ids = _routing(T, 256, 8, seed=21)
