@@ -266,6 +266,7 @@ def test_moe_mask_a_padding_rows_load_nothing(H_, extra):
     assert torch.equal(outs[0], outs[1])
     assert _rel(outs[1], moe_naive_loop(x, w13, w2, tw, ids, "silu")) < TOL[torch.float32]
 
+
 def test_mask_a_rule():
     # on while an expert's rows are at most 4 blocks (Mixtral T=256 / 1024, qwen3 T=4096 at
     # BM 64), off past it (Mixtral T=4096 / 16384), the config's own key first
@@ -273,6 +274,7 @@ def test_mask_a_rule():
     assert gg.mask_a_rule({}, 4096 * 8, 128, 64) and not gg.mask_a_rule({}, 4096 * 8 + 1, 128, 64)
     assert not gg.mask_a_rule({}, 4096 * 2, 8, 128) and not gg.mask_a_rule({}, 16384 * 2, 8, 128)
     assert not gg.mask_a_rule(dict(MASK_A=False), 2, 8, 128) and gg.mask_a_rule(dict(MASK_A=True), 10 ** 6, 8, 16)
+
 
 def test_moe_gemm_block_m_divides_align_block_m():
     # alignment in 32-row blocks, GEMM1 tiles of 32, GEMM2 tiles of 16 (expert_ids[b*16 // 32]);
@@ -654,6 +656,7 @@ def test_gpu_mask_a_bitwise_real_size(extra):
                                reduce="deterministic") for m in (False, True)]
     assert torch.equal(outs[0], outs[1])
     assert _frob(outs[1], moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=torch.bfloat16)) < 1e-2
+
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU (bf16 tl.dot is wrong under the interpreter)")
