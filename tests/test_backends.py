@@ -377,6 +377,39 @@ def test_triton_reduce_modes(mk, monkeypatch, scheme):
         prepare_experts(cfg, w, "triton")
 
 
+@pytest.mark.parametrize("scheme", ["none", "fp8_tensor", "fp8_tensor:static", "fp8_channel", "fp8_block",
+                                    "int8_channel"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_triton_atomic_out_zeroes_a_dirty_output(mk, monkeypatch, scheme, fused):
+    # the atomic k-sum adds into the output, so something must zero it first: with FUSED_ZERO
+    # the quantization of x (W8A8) or a fill ahead of the alignment (16-bit), else GEMM2 itself.
+    # The output buffer here is full of NaN and large values before the call (a reused
+    # workspace, or the caller's rows): any row left unzeroed shows.
+    import fusedmoe.backends.triton as tb
+    monkeypatch.setenv("FUSEDMOE_REDUCE", "atomic_out")
+    monkeypatch.setattr(tb, "FUSED_ZERO", fused)
+    cuda = torch.cuda.is_available()
+    dev = "cuda" if cuda else "cpu"
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")
+    w = mk.weights(cfg, scheme, seed=81).to(dev)
+    T = 40                                                       # 80 pairs: the grouped path
+    x, logits = mk.x(cfg, T, seed=82).to(dev), mk.logits(cfg, T, seed=83).to(dev)
+    pe = prepare_experts(cfg, w, "triton")
+    kern = pe.kernel
+    assert kern.experts.reduce_for(T) == "atomic_out"
+    res = route(logits, cfg.top_k, cfg.routing)
+    prep = kern.prepare_finalize.prepare(x, res.topk_weights, res.topk_ids, cfg, kern.experts, None)
+    ws = kern.workspace_for(T, cfg.top_k, x.device)
+    ws["out"].fill_(float("nan"))
+    ws["out"][::3] = 1e4
+    out = kern.experts.apply(prep, ws, None)
+    assert out.data_ptr() == ws["out"].data_ptr()
+    ref = reference_moe(x, w, res.topk_weights, res.topk_ids, cfg,
+                        quantize_activations=kern.experts.quantizes_activations(T))
+    assert not out.isnan().any()
+    assert rel_error(out, ref) <= tolerance(cfg.dtype, w.scheme.method)
+
+
 def test_triton_reduce_rule():
     # unset FUSEDMOE_REDUCE: atomic adds into the output where the H100 measured them faster
     # (CUDA, 16-bit output, >= 64 pairs a local expert, y up to 2^29 elements), else the

@@ -323,6 +323,40 @@ def test_token_row_in_chunks_of_block_k(qt, rows):
     assert_same(q, q_ref)
 
 
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+@pytest.mark.parametrize("K,rows", [(200, None), (768, None), (768, 4), (5000, 2)])
+def test_fused_zero(name, args, K, rows):
+    # zero=z: the quantizing launch also stores zeros into z's [T, K] rows (the grouped path's
+    # output, which an atomic k-sum adds into next). z is a row slice of a wider buffer full of
+    # NaN / large values: exactly its [T, K] part becomes 0, the columns past K keep their
+    # values, and q / s are the reference's bits
+    T = 7
+    x = rand_rows(T, K, seed=K + 3)
+    wide = torch.full((T, K + 24), float("nan"), dtype=torch.float16, device=DEVICE)
+    wide[::2] = 3e4
+    keep = wide[:, K:].clone()
+    z = wide[:, :K]
+    q, s = getattr(kq, name)(x, *args, rows_per_program=rows, zero=z)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+    assert torch.equal(z, torch.zeros_like(z))
+    assert_same(wide[:, K:], keep)
+
+
+def test_fused_zero_rejects_what_it_cannot_zero():
+    x = rand_rows(4, 256)
+    with pytest.raises(ValueError, match=r"zero=: a \[4, 256\] tensor"):
+        kq.quant_fp8_token(x, zero=torch.zeros(4, 128, device=DEVICE))
+    with pytest.raises(ValueError, match=r"zero=: a \[4, 256\] tensor.*unit last stride"):
+        kq.quant_fp8_group(x, 128, zero=torch.zeros(256, 4, device=DEVICE).t())
+    with pytest.raises(ValueError, match="zero=: a floating tensor"):
+        kq.quant_int8_token(x, zero=torch.zeros(4, 256, dtype=torch.int32, device=DEVICE))
+    counts = torch.tensor([2, 1], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="only for the standard format"):
+        kq.quant_fp8_token(x.view(2, 2, 256), counts=counts, zero=torch.zeros(4, 256, device=DEVICE))
+
+
 def test_token_chunk_rule():
     # per-token rows whose K is a multiple of 256 but not a power of two are read in chunks
     # of K's largest power-of-two divisor (quantize._token_chunk); the rest as one tile
@@ -457,6 +491,21 @@ def test_gpu_rows_per_program(name, args, K, rows):
     q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
     assert_same(s, s_ref)
     assert_same(q, q_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name,args", QUANTIZERS)
+@pytest.mark.parametrize("T,K", [(4096, 2048), (1037, 7168), (333, 768)])
+def test_gpu_fused_zero(name, args, T, K):
+    # as test_fused_zero at serving sizes, into a bf16 output (the atomic k-sum's)
+    x = rand_rows(T, K, torch.bfloat16, seed=T + K)
+    z = torch.full((T, K), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    q, s = getattr(kq, name)(x, *args, zero=z)
+    q_ref, s_ref = getattr(ref, name)(x.cpu(), *args)
+    assert_same(s, s_ref)
+    assert_same(q, q_ref)
+    assert torch.equal(z, torch.zeros_like(z))
 
 
 @pytest.mark.gpu

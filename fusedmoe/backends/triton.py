@@ -139,6 +139,12 @@ def prefill_pdl_bound(config: MoEConfig, T: int) -> bool:
 ATOMIC_OUT_MIN_M = 64
 ATOMIC_OUT_MAX_Y = 1 << 29
 
+# With 'atomic_out', the output is zeroed at the start of the grouped forward: by the W8A8
+# quantization of x (its kernel stores zeros into the same [T, H] rows it reads: no launch of
+# its own), or by a fill ahead of the alignment for 16-bit x. GEMM2 then stays a dependent
+# launch of GEMM1 in the PDL chain. False: GEMM2 zeroes the output itself (the A/B's old side).
+FUSED_ZERO = True
+
 
 def reduce_rule(config: MoEConfig, platform, T: int, gemm2_config: dict | None = None) -> str:
     """The grouped GEMM2's k-sum for T tokens when determinism was not asked for and
@@ -403,11 +409,12 @@ class TritonExperts(Experts):
         self._qplans[key] = (bind(*spec, slots=[0]), q, sc)
         return q, sc
 
-    def _quant(self, a, static_scale, pdl=False):
-        """A GEMM input for W8A8 schemes, quantized by its own kernel: (a, None) for 16-bit."""
+    def _quant(self, a, static_scale, pdl=False, zero=None):
+        """A GEMM input for W8A8 schemes, quantized by its own kernel: (a, None) for 16-bit.
+        ``zero``: a tensor of a's shape the same launch fills with zeros (W8A8 only)."""
         if not self.quantized:
             return a, None
-        return quantize_activation(a, self.scheme, static_scale, pdl=pdl)
+        return quantize_activation(a, self.scheme, static_scale, pdl=pdl, zero=zero)
 
     def _must_zero_h(self, expert_map) -> bool:
         # dropped slots' rows are never written; a dynamic per-tensor amax must not see garbage
@@ -520,7 +527,19 @@ class TritonExperts(Experts):
         ids = prep.topk_ids
         T, k = ids.shape
         c1, c2 = self.configs(T)
-        x, x_scale = self._quant(prep.a1q, w.a13_scale)
+        reduce = self.reduce_for(T, c2)
+        out = ws["out"]
+        # an atomic k-sum into the output needs it zeroed: by the quantization of x when
+        # there is one (the same [T, H] rows; no launch of its own), else by a fill before
+        # the alignment. Either way GEMM2 may stay a dependent launch in the PDL chain.
+        zero_early = (FUSED_ZERO and reduce == "atomic_out" and out.stride(-1) == 1
+                      and tuple(out.shape) == tuple(prep.a1q.shape))
+        if zero_early and self.quantized:
+            x, x_scale = self._quant(prep.a1q, w.a13_scale, zero=out)
+        else:
+            if zero_early:
+                out.zero_()
+            x, x_scale = self._quant(prep.a1q, w.a13_scale)
         pdl = self.prefill_pdl_for(T)
         align = align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,
                                  out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]), pdl=pdl)
@@ -543,10 +562,10 @@ class TritonExperts(Experts):
             h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
                           config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
             h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
-        return gemm2(h, w.w2, align, prep.topk_weights, ws["out"],
+        return gemm2(h, w.w2, align, prep.topk_weights, out,
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
-                     config=c2, reduce=self.reduce_for(T, c2), workspace=ws.get("y"),
-                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, **q)
+                     config=c2, reduce=reduce, workspace=ws.get("y"),
+                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, out_zeroed=zero_early, **q)
 
 
 def _check(config: MoEConfig, quant, platform):
@@ -639,12 +658,18 @@ def _variants(config, quant, platform):
         red_txt = ("" if red == "deterministic" else
                    f"; GEMM2's k-sum as atomic adds into {'the output' if red == 'atomic_out' else 'an fp32 buffer'} "
                    f"({why}; not bitwise reproducible: deterministic=True keeps the fixed-order reduce)")
+        early = red == "atomic_out" and FUSED_ZERO
+        if early:
+            red_txt += ("; the output zeroed by the quantization of x (same launch)" if quant.method != QuantMethod.NONE
+                        else "; the output zeroed ahead of the alignment")
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"
                          + hq + red_txt
                          + (("; the alignment's scan and scatter (> 512 pairs), GEMM1, GEMM2 and the reduce "
                              "(and a requantization between) as programmatic dependent launches" if red == "deterministic"
+                             else "; the alignment's scan and scatter (> 512 pairs), GEMM1 (and the requantization "
+                             "after it) and GEMM2 as programmatic dependent launches" if early
                              else "; the alignment's scan and scatter (> 512 pairs) and GEMM1 (and the requantization "
                              "after it) as programmatic dependent launches; GEMM2 an ordinary launch after the "
                              "output's zeroing") if prefill_pdl_ok(platform)

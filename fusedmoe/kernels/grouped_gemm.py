@@ -950,7 +950,8 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
           bias: Optional[torch.Tensor] = None, config: dict, reduce: str = "deterministic",
           workspace: Optional[torch.Tensor] = None, quant: str = "none",
           a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
-          block_shape: Optional[tuple] = None, pdl: bool = False, a_group: Optional[int] = None) -> torch.Tensor:
+          block_shape: Optional[tuple] = None, pdl: bool = False, a_group: Optional[int] = None,
+          out_zeroed: bool = False) -> torch.Tensor:
     """out [T, H] = sum_j topk_weights[t, j] * (h[s] @ w2[e]^T + bias[e]) over kept slots.
 
     h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
@@ -961,6 +962,10 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     and the reduce as programmatic dependent launches (as in ``gemm1_act``). ``a_group`` g:
     a_scale [n, ceil(I/g)] holds 1 x g group scales of h (``gemm1_act``'s ``out_group``)
     whatever ``quant`` says of w2 (BLOCK_SIZE_K must divide g; RESCALE applies).
+    ``out_zeroed``: the caller has already zeroed ``out`` earlier in the stream (e.g. the
+    quantization of x, ``quant_fp8_token(zero=out)``): an atomic sum straight into ``out``
+    then skips its own zeroing and keeps ``pdl`` (the zeroing was ordered before the kernel
+    GEMM2 depends on). Ignored by the other reduce modes.
     """
     T, k = topk_weights.shape
     H = w2.shape[1]
@@ -976,8 +981,9 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     atomic = reduce != "deterministic"
     if atomic:
         c = out if spec is None else workspace                                   # [T, H]
-        c.zero_()
-        pdl = False      # its programs must not start before the zeroing is done
+        if not (out_zeroed and c is out):
+            c.zero_()
+            pdl = False      # its programs must not start before the zeroing is done
         c_div, stride_cs = k, 0
     else:
         c, c_div, stride_cs = workspace[0], 1, workspace.stride(0)               # y [S, n, H]

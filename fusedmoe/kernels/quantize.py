@@ -245,19 +245,21 @@ def _row_mask(rows, T, counts_ptr, T_MAX, HAS_COUNTS: tl.constexpr):
 
 
 @triton.jit
-def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K, T_MAX,
-                       stride_xm, stride_qm,
+def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, z_ptr, T, K, T_MAX,
+                       stride_xm, stride_qm, stride_zm,
                        MODE: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                        BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
                        BLOCK_K: tl.constexpr, ONE_CHUNK: tl.constexpr, ROWS: tl.constexpr = 1,
-                       PDL: tl.constexpr = False, RCP: tl.constexpr = False):
+                       PDL: tl.constexpr = False, RCP: tl.constexpr = False, ZERO: tl.constexpr = False):
     """ROWS rows per program as a [ROWS, BLOCK_K] tile (how many: ``_rows_per_program``, from
     H100 measurements; mostly 1 for per-token rows). Rows past T and padding rows are
     masked off (no early exit: the other rows of the tile still run). MODE "token": scale_ptr
     [T] is written, one scale per row (tl.max over axis 1); "tensor_static": scale_ptr [1]
     is read; "tensor_dynamic": the scale comes from amax_bits_ptr, program 0 writes it.
     PDL (a programmatic dependent launch in a chain): let the next kernel launch now, wait
-    for the previous one before reading x."""
+    for the previous one before reading x. ZERO: also store zeros into the same columns of
+    z [T, K] (row stride stride_zm), the output a later atomic k-sum adds into: its zeroing
+    rides on this kernel instead of a launch of its own."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
@@ -266,6 +268,7 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K,
     row_ok = _row_mask(rows, T, counts_ptr, T_MAX, HAS_COUNTS)[:, None]         # [R, 1]
     x_rows = x_ptr + rows[:, None].to(tl.int64) * stride_xm                     # [R, 1]
     q_rows = q_ptr + rows[:, None].to(tl.int64) * stride_qm
+    z_rows = z_ptr + rows[:, None].to(tl.int64) * stride_zm
     cols = tl.arange(0, BLOCK_K)[None, :]                                       # [1, BK]
     if MODE == "tensor_dynamic":
         scale = _scale_from_amax_bits(tl.load(amax_bits_ptr), QMAX, False)
@@ -289,22 +292,28 @@ def _quant_rows_kernel(x_ptr, q_ptr, scale_ptr, amax_bits_ptr, counts_ptr, T, K,
         scale = tl.load(scale_ptr)
     if ONE_CHUNK and MODE == "token":
         tl.store(q_rows + cols, _quantize(x, scale, QTYPE, BITWISE_FP8, RCP), mask=m)
+        if ZERO:
+            tl.store(z_rows + cols, tl.zeros((ROWS, BLOCK_K), dtype=z_ptr.dtype.element_ty), mask=m)
     else:
         for k0 in range(0, K, BLOCK_K):
             mk = row_ok & (k0 + cols < K)
             xk = tl.load(x_rows + k0 + cols, mask=mk, other=0.0)
             tl.store(q_rows + k0 + cols, _quantize(xk, scale, QTYPE, BITWISE_FP8, RCP), mask=mk)
+            if ZERO:
+                tl.store(z_rows + k0 + cols, tl.zeros((ROWS, BLOCK_K), dtype=z_ptr.dtype.element_ty), mask=mk)
 
 
 @triton.jit
-def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, T, K, G, T_MAX,
-                        stride_xm, stride_qm, stride_sm,
+def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, z_ptr, T, K, G, T_MAX,
+                        stride_xm, stride_qm, stride_sm, stride_zm,
                         GROUP: tl.constexpr, GROUP_P2: tl.constexpr, GROUPS_PER_PROG: tl.constexpr,
                         POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, HAS_COUNTS: tl.constexpr,
-                        ROWS: tl.constexpr = 1, PDL: tl.constexpr = False, RCP: tl.constexpr = False):
+                        ROWS: tl.constexpr = 1, PDL: tl.constexpr = False, RCP: tl.constexpr = False,
+                        ZERO: tl.constexpr = False):
     """Program (i, j) quantizes groups [j*GPP, (j+1)*GPP) of rows [i*ROWS, (i+1)*ROWS) as a
     [ROWS, GPP, g] tile (several rows per program for the reason given in
-    ``_quant_rows_kernel``); rows past T and padding rows are masked off. PDL as there."""
+    ``_quant_rows_kernel``); rows past T and padding rows are masked off. PDL and ZERO as
+    there."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
@@ -320,6 +329,9 @@ def _quant_group_kernel(x_ptr, q_ptr, scale_ptr, counts_ptr, T, K, G, T_MAX,
     tl.store(scale_ptr + r64 * stride_sm + grp[None, :], scale, mask=row_ok & (grp[None, :] < G))
     tl.store(q_ptr + (r64 * stride_qm)[:, :, None] + cols,
              _quantize(x, scale[:, :, None], "fp8", BITWISE_FP8, RCP), mask=m)
+    if ZERO:
+        tl.store(z_ptr + (r64 * stride_zm)[:, :, None] + cols,
+                 tl.zeros((ROWS, GROUPS_PER_PROG, GROUP_P2), dtype=z_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -443,20 +455,38 @@ def _check_rows(rows: int, name: str = "rows_per_program") -> int:
 
 
 def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None,
-                 reciprocal=None, block_k=None):
+                 reciprocal=None, block_k=None, zero=None):
     # (rows / num_warps / block_k given: benchmarks/quant_rows_ab.py's sweeps; None: the rules)
-    spec = _rows_spec(x, q, scale, mode, qtype, counts, amax_bits, pdl, rows, num_warps, reciprocal, block_k)
+    spec = _rows_spec(x, q, scale, mode, qtype, counts, amax_bits, pdl, rows, num_warps, reciprocal, block_k, zero)
     if spec is not None:
         launch(*spec)
 
 
+def _zero_arg(zero: Optional[torch.Tensor], x2: torch.Tensor, counts) -> tuple:
+    """(z [T, K], its row stride, ZERO) for the quantizers' fused zeroing of ``zero``, a
+    tensor shaped as x (standard format only) that a later kernel sums into; (x2, 0, False)
+    for none. Clear errors for a tensor the kernel could not zero in place."""
+    if zero is None:
+        return x2, 0, False
+    T, K = x2.shape
+    if counts is not None:
+        raise ValueError("zero=: only for the standard format (counts is given: batched rows)")
+    if zero.device != x2.device or not zero.is_floating_point():
+        raise ValueError(f"zero=: a floating tensor on {x2.device} (got {zero.dtype} on {zero.device})")
+    if zero.dim() != 2 or tuple(zero.shape) != (T, K) or zero.stride(-1) != 1:
+        raise ValueError(f"zero=: a [{T}, {K}] tensor with unit last stride, as x (got shape "
+                         f"{tuple(zero.shape)}, strides {zero.stride()})")
+    return zero, zero.stride(0), True
+
+
 def _rows_spec(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None,
-               reciprocal=None, block_k=None):
+               reciprocal=None, block_k=None, zero=None):
     """``_launch_rows``'s launch as (kernel, grid, args, constexprs, num_warps, num_stages,
-    launch_pdl), x2 (the rows of x) at args[0]; None for no rows."""
+    launch_pdl), x2 (the rows of x) at args[0]; None for no rows. ``zero``: see _zero_arg."""
     x2, t_max = _rows(x)
     q2 = q.view(-1, x.shape[-1])
     T, K = x2.shape
+    z2, stride_z, zero_on = _zero_arg(zero, x2, counts)
     if T == 0:
         return None
     chunk = _token_chunk(K) if mode == "token" and block_k is None else 0
@@ -468,29 +498,31 @@ def _rows_spec(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows
     rows = _check_rows(rows) if rows is not None else _rows_per_program(T, bk, x2.element_size())
     return (_quant_rows_kernel, (cdiv(T, rows),),
             (x2, _q_arg(q2), scale, amax_bits if amax_bits is not None else scale,
-             counts if counts is not None else scale, T, K, max(t_max, 1), x2.stride(0), q2.stride(0)),
+             counts if counts is not None else scale, z2, T, K, max(t_max, 1), x2.stride(0), q2.stride(0),
+             stride_z),
             dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
                  BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
                  BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl,
-                 RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal)),
+                 RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal), ZERO=zero_on),
             num_warps or (8 if rows * bk >= 2048 else 4), None, pdl)   # 4..32 elements per thread
 
 
 def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor] = None,
                      out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
-                     rows_per_program: Optional[int] = None):
+                     rows_per_program: Optional[int] = None, zero: Optional[torch.Tensor] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [1]).
 
     ``scale`` None: dynamic, amax(x) / 448 computed on the device (2 launches + a memset);
     else a static per-tensor scale (fp32 [1] tensor or float), returned as given.
     ``rows_per_program``: rows per program of the quantizing launch (a power of two; None:
-    the ``_rows_per_program`` rule); the result does not depend on it.
+    the ``_rows_per_program`` rule); the result does not depend on it. ``zero`` as in
+    ``quant_fp8_token`` (filled by the quantizing launch).
     """
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     if scale is not None:
         s = scale if isinstance(scale, torch.Tensor) else torch.full((1,), float(scale), device=x.device)
         s = s.reshape(1).float()
-        _launch_rows(x, q, s, "tensor_static", "fp8", counts, rows=rows_per_program)
+        _launch_rows(x, q, s, "tensor_static", "fp8", counts, rows=rows_per_program, zero=zero)
         return q, s
     s = out_scale if out_scale is not None else torch.empty(1, dtype=torch.float32, device=x.device)
     amax_bits = torch.zeros(1, dtype=torch.int32, device=x.device)
@@ -504,67 +536,73 @@ def quant_fp8_tensor(x: torch.Tensor, scale=None, *, out: Optional[torch.Tensor]
     launch(_amax_kernel, (cdiv(T, bm),),
            (x2, amax_bits, counts if counts is not None else amax_bits, T, K, max(t_max, 1), x2.stride(0)),
            dict(HAS_COUNTS=counts is not None, BLOCK_M=bm, BLOCK_K=bk), num_warps=4)
-    _launch_rows(x, q, s, "tensor_dynamic", "fp8", counts, amax_bits, rows=rows_per_program)
+    _launch_rows(x, q, s, "tensor_dynamic", "fp8", counts, amax_bits, rows=rows_per_program, zero=zero)
     return q, s
 
 
 def _quant_token(x, dtype, qtype, out, out_scale, counts, pdl=False, rows=None, num_warps=None, reciprocal=None,
-                 block_k=None):
+                 block_k=None, zero=None):
     q = out if out is not None else torch.empty(x.shape, dtype=dtype, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
                                                             device=x.device)
     _launch_rows(x, q, s, "token", qtype, counts, pdl=pdl, rows=rows, num_warps=num_warps, reciprocal=reciprocal,
-                 block_k=block_k and _check_rows(block_k, "block_k"))
+                 block_k=block_k and _check_rows(block_k, "block_k"), zero=zero)
     return q, s
 
 
 def quant_fp8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                     out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
                     pdl: bool = False, rows_per_program: Optional[int] = None,
-                    reciprocal: Optional[bool] = None):
+                    reciprocal: Optional[bool] = None, zero: Optional[torch.Tensor] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., 1]); scale per row = amax / 448.
     ``pdl`` (sm90+): a programmatic dependent launch that also lets the next kernel launch
     early (the decode chain of the triton backend). ``rows_per_program`` as in
-    ``quant_fp8_tensor``; ``reciprocal`` as in ``quant_fp8_group``."""
+    ``quant_fp8_tensor``; ``reciprocal`` as in ``quant_fp8_group``. ``zero``: a float tensor
+    of x's 2-D shape [T, K] that the same launch fills with zeros (the grouped path's atomic
+    k-sum output; standard format only)."""
     return _quant_token(x, torch.float8_e4m3fn, "fp8", out, out_scale, counts, pdl, rows_per_program,
-                        reciprocal=reciprocal)
+                        reciprocal=reciprocal, zero=zero)
 
 
 def quant_int8_token(x: torch.Tensor, *, out: Optional[torch.Tensor] = None,
                      out_scale: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
                      pdl: bool = False, rows_per_program: Optional[int] = None,
-                     reciprocal: Optional[bool] = None):
+                     reciprocal: Optional[bool] = None, zero: Optional[torch.Tensor] = None):
     """x float [..., K] -> (int8 [..., K], fp32 [..., 1]); scale = amax / 127, round half to even.
-    ``pdl``, ``rows_per_program`` and ``reciprocal`` as in ``quant_fp8_token``."""
+    ``pdl``, ``rows_per_program``, ``reciprocal`` and ``zero`` as in ``quant_fp8_token``."""
     return _quant_token(x, torch.int8, "int8", out, out_scale, counts, pdl, rows_per_program,
-                        reciprocal=reciprocal)
+                        reciprocal=reciprocal, zero=zero)
 
 
 def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
                     out: Optional[torch.Tensor] = None, out_scale: Optional[torch.Tensor] = None,
                     counts: Optional[torch.Tensor] = None, pdl: bool = False,
-                    rows_per_program: Optional[int] = None, reciprocal: Optional[bool] = None):
+                    rows_per_program: Optional[int] = None, reciprocal: Optional[bool] = None,
+                    zero: Optional[torch.Tensor] = None):
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., G]), 1 x group blocks; the last
-    group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style). ``pdl``
-    and ``rows_per_program`` as in ``quant_fp8_token``; ``reciprocal`` None: RECIPROCAL_DIV
-    (the division through the scale's reciprocal, ``_quantize``'s RCP; the same codes)."""
+    group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style). ``pdl``,
+    ``rows_per_program`` and ``zero`` as in ``quant_fp8_token``; ``reciprocal`` None:
+    RECIPROCAL_DIV (the division through the scale's reciprocal, ``_quantize``'s RCP; the same
+    codes)."""
     K = x.shape[-1]
     G = cdiv(K, group)
     q = out if out is not None else torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     s = out_scale if out_scale is not None else torch.empty((*x.shape[:-1], G), dtype=torch.float32,
                                                             device=x.device)
-    spec = _group_spec(x, q, s, group, pow2, counts, pdl, rows_per_program, reciprocal)
+    spec = _group_spec(x, q, s, group, pow2, counts, pdl, rows_per_program, reciprocal, zero)
     if spec is not None:
         launch(*spec)
     return q, s
 
 
-def _group_spec(x, q, s, group, pow2, counts=None, pdl=False, rows_per_program=None, reciprocal=None):
+def _group_spec(x, q, s, group, pow2, counts=None, pdl=False, rows_per_program=None, reciprocal=None,
+                zero=None):
     """``quant_fp8_group``'s launch into q / s as a spec tuple (x2 at args[0]); None for no rows."""
     K = x.shape[-1]
     G = cdiv(K, group)
     x2, t_max = _rows(x)
     q2, s2 = q.view(-1, K), s.view(-1, G)
+    z2, stride_z, zero_on = _zero_arg(zero, x2, counts)
     T = x2.shape[0]
     if T == 0:
         return None
@@ -574,11 +612,11 @@ def _group_spec(x, q, s, group, pow2, counts=None, pdl=False, rows_per_program=N
     rows = (_check_rows(rows_per_program) if rows_per_program is not None
             else _rows_per_program(T, gpp * gp2, x2.element_size(), chunks, groups=True))
     return (_quant_group_kernel, (cdiv(T, rows), chunks),
-            (x2, _q_arg(q2), s2, counts if counts is not None else s2, T, K, G, max(t_max, 1),
-             x2.stride(0), q2.stride(0), s2.stride(0)),
+            (x2, _q_arg(q2), s2, counts if counts is not None else s2, z2, T, K, G, max(t_max, 1),
+             x2.stride(0), q2.stride(0), s2.stride(0), stride_z),
             dict(GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
                  BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, ROWS=rows, PDL=pdl,
-                 RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal)),
+                 RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal), ZERO=zero_on),
             8 if rows * gpp * gp2 > 4096 else 4, None, pdl)   # at most 32 per thread
 
 

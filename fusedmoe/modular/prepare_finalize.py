@@ -22,14 +22,17 @@ __all__ = ["NoEP", "LocalBatched", "quantize_activation"]
 
 
 def quantize_activation(x: torch.Tensor, scheme, static_scale: Optional[torch.Tensor] = None,
-                        counts: Optional[torch.Tensor] = None, pdl: bool = False):
+                        counts: Optional[torch.Tensor] = None, pdl: bool = False,
+                        zero: Optional[torch.Tensor] = None):
     """Quantize a GEMM input the way ``scheme`` does -> (q, scale).
 
     x [M, K], or batched [E_loc, T_max, K] with ``counts`` [E_loc] (rows past a count are
     padding: ignored by the per-tensor amax, never read later). Triton kernels on CUDA, the
     plain-torch reference elsewhere (same numerics). ``pdl`` (CUDA sm90+, per-token and group
     schemes; ignored by the per-tensor ones): the kernel is a link of a programmatic
-    dependent launch chain (kernels/quantize.py ``quant_fp8_token``)."""
+    dependent launch chain (kernels/quantize.py ``quant_fp8_token``). ``zero``: a float
+    tensor of x's shape [M, K] (standard format) to fill with zeros, on CUDA by the quantizing
+    launch itself (the output a later atomic k-sum adds into), elsewhere by ``zero_()``."""
     m = scheme.method
     kw = {}
     if x.is_cuda:
@@ -38,6 +41,8 @@ def quantize_activation(x: torch.Tensor, scheme, static_scale: Optional[torch.Te
             kw["counts"] = counts
         if pdl and m != QuantMethod.FP8_TENSOR:
             kw["pdl"] = True
+        if zero is not None:
+            kw["zero"] = zero
     else:
         from ..reference import quant as qk
         if counts is not None:   # zero the padding rows: zeros never raise an amax
@@ -55,6 +60,8 @@ def quantize_activation(x: torch.Tensor, scheme, static_scale: Optional[torch.Te
         q, s = qk.quant_int8_token(x, **kw)
     else:
         raise AssertionError(f"no native activation quantization for {m.value}")
+    if zero is not None and not x.is_cuda:
+        zero.zero_()
     if not x.is_cuda and counts is not None:     # back to the batched shape
         q = q.view(shape)
         s = s.view(*shape[:-1], -1) if s.numel() > 1 else s
