@@ -390,28 +390,34 @@ def main() -> int:
                 dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None), TILES=1), **q)),
         ]
 
-    def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf, rcp=False):
+    def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf, rcp=False,
+                  zero=False):
         """_quant_rows_kernel on a [rows, bk] tile (num_warps as quantize._launch_rows)."""
         qd = fp8 if qt == "fp8" else torch.int8
         return (label, (qk._quant_rows_kernel, (1,), (
             torch.empty(1, K, dtype=dt), torch.empty(1, K, dtype=qd), torch.empty(1), torch.empty(1, dtype=torch.int32),
-            torch.empty(1, dtype=torch.int32) if counts else torch.empty(1), 1000, K, 64 if counts else 1, K, K),
+            torch.empty(1, dtype=torch.int32) if counts else torch.empty(1), torch.empty(1, K, dtype=bf),
+            1000, K, 64 if counts else 1, K, K, K),
             dict(MODE=mode, QTYPE=qt, QMAX=448.0 if qt == "fp8" else 127.0, BITWISE_FP8=False,
-                 HAS_COUNTS=counts, BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl, RCP=rcp),
+                 HAS_COUNTS=counts, BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl, RCP=rcp, ZERO=zero),
             8 if rows * bk >= 2048 else 4, None, pdl))
 
-    def group_case(label, K, rows, gpp, counts=False, pdl=False, pow2=False, rcp=False):
+    def group_case(label, K, rows, gpp, counts=False, pdl=False, pow2=False, rcp=False, zero=False):
         """_quant_group_kernel on a [rows, gpp, 128] tile (num_warps as quant_fp8_group)."""
         return (label, (qk._quant_group_kernel, (1, 1), (
             torch.empty(1, K, dtype=bf), torch.empty(1, K, dtype=fp8), torch.empty(1, K // 128),
-            torch.empty(1, dtype=torch.int32) if counts else torch.empty(1),
-            1000, K, K // 128, 64 if counts else 1, K, K, K // 128),
+            torch.empty(1, dtype=torch.int32) if counts else torch.empty(1), torch.empty(1, K, dtype=bf),
+            1000, K, K // 128, 64 if counts else 1, K, K, K // 128, K),
             dict(GROUP=128, GROUP_P2=128, GROUPS_PER_PROG=gpp, POW2=pow2, BITWISE_FP8=False, HAS_COUNTS=counts,
-                 ROWS=rows, PDL=pdl, RCP=rcp), 8 if rows * gpp * 128 > 4096 else 4, None, pdl))
+                 ROWS=rows, PDL=pdl, RCP=rcp, ZERO=zero), 8 if rows * gpp * 128 > 4096 else 4, None, pdl))
 
     for qt in ("fp8", "int8"):
         cases.append(rows_case(f"quant rows pdl {qt}", H, 1, 2048, qt=qt, pdl=True))
     cases.append(group_case("quant group pdl", H, 1, 16, pdl=True))
+    # the fused zeroing of the atomic k-sum's output (grouped path, W8A8: quantize.py ZERO)
+    cases += [rows_case("quant rows zero fp8 R=2 K=2048", H, 2, 2048, zero=True),
+              rows_case("quant rows zero int8 K=768 chunks", 768, 2, 256, qt="int8", zero=True),
+              group_case("quant group zero K=7168", 7168, 1, 16, zero=True)]
     # several rows per program (the prefill sizes: quantize._rows_per_program): h [M, 768] and
     # x [T, 2048] bf16, batched padding rows, the per-tensor modes, rows of two chunks (7168)
     cases += [
