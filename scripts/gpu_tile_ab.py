@@ -252,6 +252,25 @@ ROUNDS["s16group"] = [   # session 16 (H100): GROUP_SIZE_M of the qwen3 W8A8 T=4
     ], "fp8_channel"),
 ]
 
+ROUNDS["s17l2"] = [   # session 17 (H100): GEMM2 asking L2 for its first tile's weights before its PDL
+    # wait (config L2_PREFETCH, lines of 128 B per weight row), at the points where the atomic
+    # GEMM2 is now back in the PDL chain (64 pairs an expert): GEMM1's last wave leaves SMs idle
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [
+        ("g2 l2 16", "gemm2", dict(L2_PREFETCH=16)),
+        ("g2 l2 32", "gemm2", dict(L2_PREFETCH=32)),
+        ("g2 l2 64", "gemm2", dict(L2_PREFETCH=64)),
+        ("g2 l2 128", "gemm2", dict(L2_PREFETCH=128)),
+    ]),
+    ("qwen3-30b-a3b", 1, 1024, "E=128,N=768,", [
+        ("g2 l2 8", "gemm2", dict(L2_PREFETCH=8)),
+        ("g2 l2 32", "gemm2", dict(L2_PREFETCH=32)),
+    ]),
+    ("qwen3-30b-a3b", 1, 1024, "E=128,N=768,", [
+        ("g2 l2 8", "gemm2", dict(L2_PREFETCH=8)),
+        ("g2 l2 16", "gemm2", dict(L2_PREFETCH=16)),
+    ], "fp8_channel"),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
