@@ -147,18 +147,6 @@ def grouped_cases() -> list:
                  torch.empty(T, H, dtype=bf), config=dict(c2, PERSISTENT=1, BLOCK_SIZE_K=64),
                  workspace=torch.empty(1, n, H, dtype=bf), pdl=True)
         out += [("grouped gemm2 bfloat16 persistent pdl", captured[0]), ("grouped reduce pdl", captured[1])]
-        # GEMM2 asking L2 for its first tile's weights before its PDL wait (config L2_PREFETCH),
-        # one tile a program (bf16, atomic k-sum) and persistent (fp8 per channel)
-        captured.clear()
-        gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
-                 torch.empty(T, H, dtype=bf), config=dict(c2, BLOCK_SIZE_K=64, USE_TMA=True, L2_PREFETCH=32),
-                 reduce="atomic_out", pdl=True, out_zeroed=True)
-        gg.gemm2(torch.empty(n, I, dtype=fp8), torch.empty(E, H, I, dtype=fp8), align, torch.empty(T, k),
-                 torch.empty(T, H, dtype=bf), config=dict(c2, BLOCK_SIZE_K=128, PERSISTENT=1, L2_PREFETCH=16),
-                 reduce="atomic_out", pdl=True, out_zeroed=True, quant="channel",
-                 a_scale=torch.empty(n, 1), b_scale=torch.empty(E, H))
-        out += [("grouped gemm2 bfloat16 pdl l2 prefetch", captured[0]),
-                ("grouped gemm2 fp8 persistent pdl l2 prefetch", captured[1])]
         # GEMM2 with A resident (config A_RESIDENT) at deepseek-v3 tp8's K = I = 256
         Ed, Hd, Id = 256, 7168, 256
         for bm, bn, nt, w, st, tma, pdl in ((128, 64, 8, 8, 3, True, False), (128, 128, 4, 8, 2, True, True),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 17, call 2 (H100): GEMM2's L2 prefetch before its PDL wait (config L2_PREFETCH): its GPU
 # test (bitwise), the PDL / atomic tests, then the A/B (scripts/gpu_tile_ab.py s17l2).
+# (Reverted: slower everywhere, docs/BENCHMARKS.md seventeenth section; the code is at commit 967b0fe.)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

@@ -254,7 +254,9 @@ ROUNDS["s16group"] = [   # session 16 (H100): GROUP_SIZE_M of the qwen3 W8A8 T=4
 
 ROUNDS["s17l2"] = [   # session 17 (H100): GEMM2 asking L2 for its first tile's weights before its PDL
     # wait (config L2_PREFETCH, lines of 128 B per weight row), at the points where the atomic
-    # GEMM2 is now back in the PDL chain (64 pairs an expert): GEMM1's last wave leaves SMs idle
+    # GEMM2 is now back in the PDL chain (64 pairs an expert): GEMM1's last wave leaves SMs idle.
+    # Result: slower at every size (docs/bench_h100_s17_l2_prefetch_ab.txt); the key was reverted,
+    # commit 967b0fe has it
     ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [
         ("g2 l2 16", "gemm2", dict(L2_PREFETCH=16)),
         ("g2 l2 32", "gemm2", dict(L2_PREFETCH=32)),

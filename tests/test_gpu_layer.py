@@ -300,36 +300,6 @@ def test_prefill_pdl_chain_equals_plain_launches(quant, T, monkeypatch):
     assert rel_error(outs["1"][0], ref) <= tolerance(cfg.dtype, quant)
 
 
-@pytest.mark.parametrize("quant", ["none", "fp8_channel", "fp8_block"])
-@pytest.mark.parametrize("extra", [{}, {"PERSISTENT": 1}])
-def test_gemm2_l2_prefetch_same_bits(quant, extra):
-    # GEMM2 config key L2_PREFETCH: in the prefill PDL chain, GEMM2's programs ask L2 for their
-    # first tile's weights before waiting for GEMM1. A hint: the output is bitwise what the
-    # same config without it gives, eager and under graph replay, with an expert map
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("programmatic dependent launch needs sm90+")
-    cfg = MoEConfig(32, 4, 256, 256, parallel=ParallelConfig(ep_size=2, ep_rank=1))
-    w = _weights(cfg, quant, seed=41)
-    T = 240
-    x, tw, ti = _routed(cfg, T, seed=42)
-    outs = []
-    for lines in (0, 8, 64):
-        pe = prepare_experts(cfg, w, "triton")
-        ex = pe.kernel.experts
-        assert ex.prefill_pdl_for(T) == ex.prefill_pdl
-        base = ex.configs
-
-        def configs(T_, base=base, lines=lines):
-            c1, c2 = base(T_)
-            return c1, dict(c2, L2_PREFETCH=lines, **extra)
-        ex.configs = configs
-        outs += _eager_and_replayed(pe, x, tw, ti)
-    for o in outs:
-        assert torch.equal(o, outs[0])
-    ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=quant != "none", h_group=pe.h_group(T))
-    assert rel_error(outs[0], ref) <= tolerance(cfg.dtype, quant)
-
-
 @pytest.mark.parametrize("quant", ["fp8_channel", "int8_channel", "fp8_block"])
 @pytest.mark.parametrize("mode", ["a8", "tc"])
 def test_decode_quantization_launches_reuse_their_buffers(quant, mode, monkeypatch):

@@ -39,8 +39,7 @@ tp8 fp8_block T=4096 1550 -> 1263 us with the tiles that allows; scales below 2^
 as 2^-60; not for int8 x int8, whose dot cannot accumulate into fp32).
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N, MASK_A,
-L2_PREFETCH]). BLOCK_SIZE_M must divide the
+num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N, MASK_A]). BLOCK_SIZE_M must divide the
 AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
 through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
 weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
@@ -58,10 +57,7 @@ T=16384, e.g. qwen3 fp8_channel 1713 -> 1806-1810 us; shipped nowhere). MASK_A (
 kernel; default ``mask_a_rule``): an m-block's padding rows load nothing (zero-filled)
 instead of re-reading row 0, so they cost no L2 bandwidth. H100, Mixtral bf16
 (scripts/gpu_tile_ab.py s15mask): T=256 1077 -> 1028 us (86.8 -> 90.9% of the roofline), T=1024
-1790 -> 1686; qwen3 / deepseek tp8 at T=256 / 1024 within +-0.4%. L2_PREFETCH = lines (GEMM2
-of the tiled kernel, a power of two; only in a PDL chain): before its wait for GEMM1, each
-program asks L2 for the first ``lines`` 128-byte lines of every weight row of its first tile
-(``_l2_prefetch_b``), using GEMM1's tail, where SMs run out of GEMM1 programs.
+1790 -> 1686; qwen3 / deepseek tp8 at T=256 / 1024 within +-0.4%.
 
 PERSISTENT = P > 0 launches min(P * SMs, tiles) programs (per K split) instead of one per
 tile; each loops over tiles (same GROUP_M order, same per-tile code, so the output is
@@ -424,19 +420,6 @@ def _gemm_tile(
         tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
-@triton.jit
-def _l2_prefetch_b(b_ptr, e, pid_n, k_lo, K, N_OUT, stride_be, stride_bn, stride_bk,
-                   BLOCK_N: tl.constexpr, LINES: tl.constexpr, STEP: tl.constexpr):
-    """Ask L2 for the first LINES 128-byte lines (STEP elements each) from k_lo along K of
-    each of the tile's BLOCK_N weight rows of expert e: a hint (prefetch.global.L2), no
-    registers held, nothing read back. CUDA only (inline PTX)."""
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N_OUT
-    offs_k = tl.minimum(k_lo + tl.arange(0, LINES) * STEP, K - 1)
-    ptrs = b_ptr + e * stride_be + offs_n[:, None] * stride_bn + offs_k[None, :] * stride_bk      # [BN, LINES]
-    tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
 def _moe_gemm_kernel(
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
@@ -455,33 +438,14 @@ def _moe_gemm_kernel(
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
-    BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, L2_PREFETCH: tl.constexpr = 0,
-    L2_STEP: tl.constexpr = 64,
+    BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False,
 ):
+    if PDL:   # a programmatic dependent launch: every input may come from the kernel before
+        gdc_launch_dependents()
+        gdc_wait()
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    if PDL:   # a programmatic dependent launch: every input may come from the kernel before
-        if L2_PREFETCH > 0:
-            # (GEMM2 only, ``_launch``) the weights do not depend on the kernel before: while
-            # it finishes, ask L2 for the first L2_PREFETCH lines of each weight row of this
-            # program's first tile. Its expert id comes from the alignment, which is complete:
-            # this grid launches only once every program of GEMM1 (or of the requantization
-            # launched after GEMM1's programs all passed their wait) has passed its wait
-            if PERSISTENT:
-                f_m, f_n = _tile_coords(pid, tl.minimum(tl.load(ntpp_ptr) // BLOCK_M, num_m_blocks), num_pid_n,
-                                        GROUP_M, BAND_N)
-            else:
-                f_m, f_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
-            if f_m * BLOCK_M < tl.load(ntpp_ptr):
-                f_e = tl.load(expert_ids_ptr + f_m * BLOCK_M // ALIGN_BM).to(tl.int64)
-                if f_e >= 0:
-                    _l2_prefetch_b(b_ptr, f_e, f_n, pid_k * k_tiles * BLOCK_K, K, N_OUT, stride_be, stride_bn,
-                                   stride_bk, BLOCK_N, L2_PREFETCH, L2_STEP)
-        gdc_wait()
-        # the trigger after the wait: a dependent launched early (GEMM2 after GEMM1, with
-        # L2_PREFETCH) may read what this grid's predecessors wrote
-        gdc_launch_dependents()
     if PERSISTENT:
         # grid axis 0 = a few programs per SM, each looping over tiles with a stride of the
         # grid, so one tile's loads overlap the previous tile's epilogue and stores. The loop
@@ -804,11 +768,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     assert persistent >= 0, "PERSISTENT is a number of programs per SM (0: one program per tile)"
     band_n = config.get("BAND_N", 0)
     assert isinstance(band_n, int) and band_n >= 0, "BAND_N is a number of column tiles per band (0: no bands)"
-    l2_lines = config.get("L2_PREFETCH", 0)
-    assert isinstance(l2_lines, int) and l2_lines >= 0 and not (l2_lines & (l2_lines - 1)), \
-        "L2_PREFETCH is a power of two of 128-byte lines per weight row (0: none)"
-    assert not (l2_lines and (act != _NO_ACT or a_div != 1)), \
-        "L2_PREFETCH is for GEMM2 (its weight tiles do not depend on GEMM1; GEMM1's expert ids might not be ready)"
     if persistent:   # PERSISTENT programs per SM in all, spread over the splits
         grid = (min(cdiv(persistent * _num_sms(a.device), split), tiles), split)
     else:
@@ -848,7 +807,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
-        L2_PREFETCH=l2_lines if pdl else 0, L2_STEP=max(1, 128 // b.element_size()),
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
