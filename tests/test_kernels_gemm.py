@@ -290,6 +290,23 @@ def test_moe_gemm_block_m_divides_align_block_m():
     assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu")) < 1e-5
 
 
+@pytest.mark.parametrize("persistent", [0, 1])
+def test_moe_gemm1_block_m_under_gemm2s(persistent):
+    # the other way round: GEMM2 tiles of 32 set the alignment (32-row runs), GEMM1 runs tiles
+    # of 16 as sub-blocks of them (all-padding ones skipped, or computed and never stored when
+    # persistent); an expert map with a non-local expert, bias
+    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(5, H, I, torch.float32, bias=True)
+    x = _x(33, H, torch.float32)
+    tw, ids = _routing(33, 6, K_TOP, seed=9)
+    c1 = dict(SMALL, PERSISTENT=persistent)
+    c2 = dict(SMALL, BLOCK_SIZE_M=32)
+    out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=c2, expert_map=emap,
+                             w13_bias=b13, w2_bias=b2)
+    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
+    assert _rel(out, ref) < 1e-5
+
+
 @pytest.mark.parametrize("H_,I_", [(64, 48), (72, 40)])    # 72, 40: K tails the TMA box zero-fills
 def test_moe_tma_weight_descriptors(H_, I_):
     w13, w2, b13, b2 = _weights(E, H_, I_, torch.float32, bias=True)

@@ -118,6 +118,13 @@ def decode_pdl_ok(platform) -> bool:
 PREFILL_PDL_MAX_M = 64
 
 
+def align_bm(c1: dict, c2: dict) -> int:
+    """The block the grouped path pads each expert's run of pairs to: the larger BLOCK_SIZE_M
+    of the two GEMMs (``configs`` makes one divide the other). The GEMM with the smaller one
+    runs sub-blocks of those runs, skipping the ones that are all padding."""
+    return max(c1["BLOCK_SIZE_M"], c2["BLOCK_SIZE_M"])
+
+
 def prefill_pdl_bound(config: MoEConfig, T: int) -> bool:
     """T tokens give at most PREFILL_PDL_MAX_M (token, slot) pairs per local expert."""
     return T * config.top_k <= PREFILL_PDL_MAX_M * config.num_local_experts
@@ -287,11 +294,13 @@ class TritonExperts(Experts):
         PREFILL_PDL_MAX_M (token, slot) pairs per local expert."""
         return self.prefill_pdl and prefill_pdl_bound(self.config, T)
 
-    # the one place that maps T -> (cfg1, cfg2) with a BM shared by both GEMMs
+    # the one place that maps T -> (cfg1, cfg2): the tokens are aligned to the larger of the two
+    # BLOCK_SIZE_Ms (align_bm), the other GEMM's m-blocks are sub-blocks of those runs
     def configs(self, T: int):
         c1, c2 = self.lc.get(T)
-        if c1["BLOCK_SIZE_M"] % c2["BLOCK_SIZE_M"]:
-            c2 = dict(c2, BLOCK_SIZE_M=c1["BLOCK_SIZE_M"])
+        b1, b2 = c1["BLOCK_SIZE_M"], c2["BLOCK_SIZE_M"]
+        if max(b1, b2) % min(b1, b2):        # (not both powers of two) GEMM1's for both
+            c2 = dict(c2, BLOCK_SIZE_M=b1)
         return c1, c2
 
     def _h_epilogue(self, c1: dict, c2: dict) -> int:
@@ -313,7 +322,7 @@ class TritonExperts(Experts):
             key = (M, topk)
         else:
             c1, c2 = self.configs(M)
-            key = (M, topk, c1["BLOCK_SIZE_M"], c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
+            key = (M, topk, align_bm(c1, c2), c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
                    self.reduce_for(M, c2))                                            # all it depends on
         spec = self._specs.get(key)
         if spec is None:
@@ -332,7 +341,7 @@ class TritonExperts(Experts):
         from ..kernels.align import max_padded_size
         from ..kernels.grouped_gemm import gemm2_workspace_spec
         c = self.config
-        bm = c1["BLOCK_SIZE_M"]
+        bm = align_bm(c1, c2)
         mp = max_padded_size(M * topk, bm, c.num_local_experts)
         dt = c.torch_dtype
         bufs = {"sorted_ids": ((mp,), torch.int32), "expert_ids": ((mp // bm,), torch.int32),
@@ -541,7 +550,7 @@ class TritonExperts(Experts):
                 out.zero_()
             x, x_scale = self._quant(prep.a1q, w.a13_scale)
         pdl = self.prefill_pdl_for(T)
-        align = align_block_size(ids, c1["BLOCK_SIZE_M"], c.num_local_experts, expert_map,
+        align = align_block_size(ids, align_bm(c1, c2), c.num_local_experts, expert_map,
                                  out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]), pdl=pdl)
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         if self._must_zero_h(expert_map):

@@ -1092,7 +1092,8 @@ def moe_forward_triton(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
 
     x [T, H]; w13 [E, N, H]; w2 [E, H, I]; topk_weights fp32 [T, k]; topk_ids int [T, k]
     (global ids when ``expert_map`` [E_g] is given). Configs default to ``default_config``;
-    config2's BLOCK_SIZE_M must divide config1's (the alignment is built once with it).
+    One BLOCK_SIZE_M divides the other (else config2 takes config1's); the alignment is built
+    once, with the larger.
     """
     T, H = x.shape
     k = topk_ids.shape[1]
@@ -1106,10 +1107,11 @@ def moe_forward_triton(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
         config1 = default_config(T, E, N, H, k, x.dtype, gemm="gemm1", gated=gated)
     if config2 is None:
         config2 = default_config(T, E, N, H, k, x.dtype, gemm="gemm2", gated=gated)
-    bm = config1["BLOCK_SIZE_M"]
-    if bm % config2["BLOCK_SIZE_M"]:
-        config2 = dict(config2, BLOCK_SIZE_M=bm)
-    align = align_block_size(topk_ids, bm, E, expert_map)
+    b1, b2 = config1["BLOCK_SIZE_M"], config2["BLOCK_SIZE_M"]
+    if max(b1, b2) % min(b1, b2):
+        config2 = dict(config2, BLOCK_SIZE_M=b1)
+    # aligned to the larger BM: the other GEMM runs sub-blocks (backends/triton.py align_bm)
+    align = align_block_size(topk_ids, max(b1, config2["BLOCK_SIZE_M"]), E, expert_map)
     h = gemm1_act(x, w13, align, k, activation, bias=w13_bias, swiglu_limit=swiglu_limit,
                   alpha=alpha, limit=limit, config=config1)                    # [n, I]
     return gemm2(h, w2, align, topk_weights, out, bias=w2_bias, config=config2, reduce=reduce)
