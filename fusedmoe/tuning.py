@@ -455,7 +455,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     gate and up accumulators; GEMM2: H); ``k_in``: the reduction dim (H, resp. I).
     Pruned around the shape: BLOCK_SIZE_M tracks the tokens per hit expert (no BM=128 when each
     expert gets one token), BLOCK_SIZE_N/K never exceed the matrix, stages fit shared memory,
-    ``bm_divides``: GEMM2's BM must divide GEMM1's (they share one alignment of the tokens).
+    ``bm_divides``: only BMs that divide this one (the search no longer passes it: the backend
+    aligns the tokens to the larger of the two GEMMs' BMs).
     ``stage``: 'tiles' (BM x BN x BK, heuristic warps/stages), 'pipeline' (warps x stages of
     ``tiles``), 'split' (GEMM2 only, few tokens per expert: SPLIT_K of ``tiles`` to fill the
     SMs), 'group' (GROUP_SIZE_M of ``tiles``, only when an expert spans several M blocks),
@@ -632,7 +633,8 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
     ``measure(pair) -> µs`` times the experts forward with launch configs ``pair`` (raise if the
     config cannot launch); ``check(pair) -> (ok, rel_err)`` compares with the reference.
     GEMM1 is searched with GEMM2 at ``default_pair[1]``, then GEMM2 with GEMM1 at its winner
-    (GEMM2's BLOCK_SIZE_M dividing GEMM1's). Each GEMM: tiles, then warps x stages of the best
+    (GEMM2's BLOCK_SIZE_M free of GEMM1's: the backend aligns the tokens to the larger one,
+    backends/triton.py ``align_bm``). Each GEMM: tiles, then warps x stages of the best
     two tiles, then (GEMM2, decode) SPLIT_K of the best two, then GROUP_SIZE_M of the best,
     then the best with TMA weight loads (prefill tiles, triton >= 3.4), then the best as a
     persistent launch (prefill), then (GEMM2, 16-bit or W8A8, K <= 256, prefill) the
@@ -677,14 +679,12 @@ def search_point(T: int, *, E: int, top_k: int, H: int, N13: int, I: int, scheme
     if not ranked1:
         raise ConfigError("tune", f"T={T}", "at least one launchable gemm1 config",
                           "every candidate failed: " + "; ".join(failures[:3]), problem="found no config")
-    ranked2 = search("gemm2", ranked1[0], H, I, bm_divides=ranked1[0]["BLOCK_SIZE_M"])
+    ranked2 = search("gemm2", ranked1[0], H, I)
     if not ranked2:
         raise ConfigError("tune", f"T={T}", "at least one launchable gemm2 config",
                           "every candidate failed: " + "; ".join(failures[:3]), problem="found no config")
     for c1 in ranked1[:3]:
         for c2 in ranked2[:3]:
-            if c1["BLOCK_SIZE_M"] % c2["BLOCK_SIZE_M"]:  # GEMM2 was searched under ranked1[0]'s BM
-                continue
             ok, err = check((c1, c2))
             if ok:
                 return PointResult(T, c1, c2, err, len(timed), failures)

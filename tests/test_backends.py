@@ -410,6 +410,27 @@ def test_triton_atomic_out_zeroes_a_dirty_output(mk, monkeypatch, scheme, fused)
     assert rel_error(out, ref) <= tolerance(cfg.dtype, w.scheme.method)
 
 
+@pytest.mark.parametrize("scheme", ["none", "fp8_channel"])
+def test_triton_gemm2_block_m_above_gemm1s(mk, scheme):
+    # launch configs with GEMM2 tiling more rows than GEMM1 (BM 32 over 16): the tokens are
+    # aligned to the larger (align_bm), GEMM1 runs sub-blocks of the runs; before, GEMM2 was
+    # clamped to GEMM1's BM. Matches the reference; the workspace is sized for the larger block
+    from fusedmoe.backends.triton import align_bm
+    cuda = torch.cuda.is_available()
+    dev = "cuda" if cuda else "cpu"
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")
+    w = mk.weights(cfg, scheme, seed=91).to(dev)
+    pe = prepare_experts(cfg, w, "triton")
+    ex = pe.kernel.experts
+    tiles = dict(BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=2, SPLIT_K=1)
+    ex.lc.get = lambda T: (dict(tiles, BLOCK_SIZE_M=16), dict(tiles, BLOCK_SIZE_M=32))
+    c1, c2 = ex.configs(64)
+    assert (c1["BLOCK_SIZE_M"], c2["BLOCK_SIZE_M"], align_bm(c1, c2)) == (16, 32, 32)
+    ws = pe.kernel.workspace_for(64, cfg.top_k, dev)
+    assert ws["expert_ids"].numel() * 32 == ws["sorted_ids"].numel()
+    check(pe, cfg, w, mk.x(cfg, 64, seed=92).to(dev), mk.logits(cfg, 64, seed=93).to(dev))
+
+
 def test_triton_reduce_rule():
     # unset FUSEDMOE_REDUCE: atomic adds into the output where the H100 measured them faster
     # (CUDA, 16-bit output, >= 64 pairs a local expert, y up to 2^29 elements), else the
