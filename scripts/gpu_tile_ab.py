@@ -296,6 +296,23 @@ ROUNDS["s17bm"] = [   # session 17 (H100): GEMM2 with more rows a tile than GEMM
     ]),
 ]
 
+ROUNDS["s17bm2"] = [   # session 17 (H100): s17bm's one gain (qwen3 bf16 T=4096 GEMM2 128x256 w8 s4, 835.8 vs
+    # 845.4 / 850.2 us) again, and GEMM2 at BM 128 over GEMM1's 64 on deepseek tp8 T=4096 (128 pairs an expert)
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
+        ("g2 128x256 w8 s4", "gemm2", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=4)),
+        ("g2 128x256 w8 s4 P1", "gemm2", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=4, FLATTEN=False)),
+        ("g2 128x256 w8 s4 g8", "gemm2", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=4, GROUP_SIZE_M=8)),
+    ]),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 128x256 w8 s4", "gemm2", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=4, PERSISTENT=0, FLATTEN=False)),
+        ("g2 128x256 w8 s3 P1", "gemm2", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=3, PERSISTENT=1)),
+    ]),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 res 128x128 x56 w8 s3", "gemm2", _res(128, 128, 56, 8, 3)),
+        ("g2 res 128x64 x112 w8 s4", "gemm2", _res(128, 64, 112, 8, 4)),
+    ], "fp8_block"),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
