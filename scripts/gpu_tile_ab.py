@@ -313,6 +313,16 @@ ROUNDS["s17bm2"] = [   # session 17 (H100): s17bm's one gain (qwen3 bf16 T=4096 
     ], "fp8_block"),
 ]
 
+ROUNDS["s17mix"] = [   # session 17 (H100): Mixtral T=256 (91.0%, 92% wanted), GEMM1's tail: 896 tiles of 128 x
+    # (2 x 128) for 132 SMs leave 28 idle for the last ~95 us wave; narrower tiles shorten the wave
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [
+        ("g1 bn64 w8 s4", "gemm1", dict(BLOCK_SIZE_N=64)),
+        ("g1 bn64 w4 s4", "gemm1", dict(BLOCK_SIZE_N=64, num_warps=4)),
+        ("g1 bn64 bk128 w4 s3", "gemm1", dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=4, num_stages=3)),
+        ("g1 persistent", "gemm1", dict(PERSISTENT=1)),
+    ]),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
