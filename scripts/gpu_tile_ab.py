@@ -323,6 +323,19 @@ ROUNDS["s17mix"] = [   # session 17 (H100): Mixtral T=256 (91.0%, 92% wanted), G
     ]),
 ]
 
+ROUNDS["s17mix2"] = [   # session 17 (H100): s17mix's win (GEMM1 128 x (2 x 64) x 128 w4 s3: 1012.9 vs 1026.0 us,
+    # 92.3%) again, and its neighbours; the same tile at T=1024
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [
+        ("g1 bn64 bk128 w4 s3", "gemm1", dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=4, num_stages=3)),
+        ("g1 bn64 bk128 w8 s3", "gemm1", dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=8, num_stages=3)),
+        ("g1 bn32 bk256 w4 s2", "gemm1", dict(BLOCK_SIZE_N=32, BLOCK_SIZE_K=256, num_warps=4, num_stages=2)),
+        ("g1 bn64 bk128 w4 s3 x2", "gemm1", dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=4, num_stages=3)),
+    ]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [
+        ("g1 bn64 bk128 w4 s3", "gemm1", dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=4, num_stages=3)),
+    ]),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
