@@ -336,6 +336,23 @@ ROUNDS["s17mix2"] = [   # session 17 (H100): s17mix's win (GEMM1 128 x (2 x 64) 
     ]),
 ]
 
+ROUNDS["s17h200"] = [   # session 17, on an H200 (the script takes this GPU's files): the three H100 wins of the
+    # session against the H200 entries (Mixtral T=256 GEMM1 128 x (2 x 64) x 128; GEMM2 at BM 128 over GEMM1's
+    # 64 for qwen3 bf16 and deepseek tp8 fp8_block at T=4096)
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [
+        ("g1 bn64 bk128 w8 s3", "gemm1", dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=8, num_stages=3,
+                                              USE_TMA=True)),
+        ("g1 bn64 bk128 w4 s3", "gemm1", dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=4, num_stages=3,
+                                              USE_TMA=True)),
+    ]),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
+        ("g2 128x256 w8 s4", "gemm2", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=4)),
+    ]),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 res 128x128 x56 w8 s3", "gemm2", dict(_res(128, 128, 56, 8, 3), BLOCK_SIZE_K=128)),
+    ], "fp8_block"),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
