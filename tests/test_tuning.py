@@ -384,6 +384,26 @@ def test_search_point_finds_the_fake_optimum():
     assert any("out of resource" in f for f in pt.failures)  # reported, not fatal
 
 
+def test_search_point_tma_on_the_runner_up(monkeypatch):
+    # the TMA stage times the best TWO tiles with USE_TMA: here BN 64 ranks second without TMA
+    # and wins with it (as GEMM1 128 x (2 x 64) x 128 did at H100 Mixtral T=256); GEMM2's BM is
+    # searched free of GEMM1's (the alignment takes the larger)
+    monkeypatch.setattr(tuning, "_tma_available", lambda: True)
+
+    def cost(pair):
+        c1, c2 = pair
+        t = 100.0 + {128: 0, 64: 1}.get(c1["BLOCK_SIZE_N"], 3) + (0 if c1["BLOCK_SIZE_K"] == 128 else 3)
+        t += (0 if c1["BLOCK_SIZE_M"] == 64 else 2) + c1["num_stages"] * 0.01
+        if c1.get("USE_TMA") and c1["BLOCK_SIZE_N"] == 64:
+            t -= 5
+        t += 0 if c2["BLOCK_SIZE_M"] == 128 else 2
+        return t
+    pt = tuning.search_point(4096, E=128, top_k=8, H=2048, N13=1536, I=768, default_pair=(full(64), full(64)),
+                             measure=cost, check=lambda pair: (True, 1e-3))
+    assert pt.gemm1["BLOCK_SIZE_N"] == 64 and pt.gemm1.get("USE_TMA")
+    assert pt.gemm2["BLOCK_SIZE_M"] == 128
+
+
 def test_search_point_skips_a_wrong_winner():
     def check(pair):
         wrong = pair[0]["BLOCK_SIZE_N"] == 128 and pair[0]["BLOCK_SIZE_K"] == 128 and pair[0]["num_stages"] == 2
