@@ -543,12 +543,9 @@ class TritonExperts(Experts):
         # the alignment. Either way GEMM2 may stay a dependent launch in the PDL chain.
         zero_early = (FUSED_ZERO and reduce == "atomic_out" and out.stride(-1) == 1
                       and tuple(out.shape) == tuple(prep.a1q.shape))
-        if zero_early and self.quantized:
-            x, x_scale = self._quant(prep.a1q, w.a13_scale, zero=out)
-        else:
-            if zero_early:
-                out.zero_()
-            x, x_scale = self._quant(prep.a1q, w.a13_scale)
+        if zero_early and not self.quantized:
+            out.zero_()
+        x, x_scale = self._quant(prep.a1q, w.a13_scale, zero=out if zero_early else None)
         pdl = self.prefill_pdl_for(T)
         align = align_block_size(ids, align_bm(c1, c2), c.num_local_experts, expert_map,
                                  out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]), pdl=pdl)
