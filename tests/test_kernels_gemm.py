@@ -631,6 +631,72 @@ def test_gemm2_group_scaled_h_with_channel_weights(rescale):
     assert _rel(out, ref) < 1e-5
 
 
+@pytest.mark.parametrize("w_dt", [torch.float8_e4m3fn, torch.int8], ids=["fp8", "int8"])
+@pytest.mark.parametrize("T,I_,bn1,reduce", [(29, 48, 16, "deterministic"), (29, 40, 32, "deterministic"),
+                                             (1, 40, 16, "deterministic"), (29, 48, 32, "atomic")])
+def test_gemm2_quantizes_h_per_token_on_load(w_dt, T, I_, bn1, reduce):
+    # FUSEDMOE_H_QUANT=gemm2: GEMM1 stores 16-bit h plus each row's |h| maximum per column tile
+    # (row_amax), GEMM2 quantizes h per token as it loads it (a_qrow). Codes, scales and the
+    # result must be BITWISE those of the requantization kernel's path (quant_*_token, then
+    # GEMM2 on 8-bit h), and that path is compared with the reference. I = 40 with GEMM1 BN 32:
+    # a partial second tile whose wrapped columns must stay out of the amax; I = 48 / BN 16: 3
+    # partials (padded to 4). T = 1: most experts get no token. A NaN in one token's x makes
+    # that token's rows NaN (its scale NaN) and no other.
+    from fusedmoe.kernels.quantize import quant_fp8_token, quant_int8_token
+    k = K_TOP
+    x = _x(T, H, torch.float16, seed=91)
+    if T > 3:
+        x[3, 5] = float("nan")
+    w13, _, _, _ = _weights(E, H, I_, torch.float16, seed=92)
+    w2 = _int_operands((E, H, I_), -4, 5, w_dt, 93)
+    b2 = _pow2((E, H), 94) / 16
+    tw, ids = _routing(T, E, k, seed=95)
+    res = align_block_size(ids, 16, E)
+    c1 = dict(SMALL, BLOCK_SIZE_N=bn1)
+    h_plain = gemm1_act(x, w13, res, k, "silu", config=c1)
+    amax = torch.full(gg.row_amax_shape(T * k, I_, c1), -1, dtype=torch.int32, device=DEV)
+    h = gemm1_act(x, w13, res, k, "silu", config=c1, row_amax=amax)
+    assert torch.equal(h.view(torch.int16), h_plain.view(torch.int16))            # h itself unchanged
+    assert (amax >= 0).all()                                                    # every partial written
+    assert torch.equal(amax.max(dim=1).values.view(torch.float32).cpu(), h.float().abs().amax(dim=1).cpu()) or \
+        T > 3                                                                   # (NaN rows: checked below)
+    quant = quant_int8_token if w_dt == torch.int8 else quant_fp8_token
+    hq, hs = quant(h)
+    c2 = dict(SMALL, BLOCK_SIZE_K=32)      # an 8-bit tl.dot needs K >= 32 on the GPU; K = I: a masked tail
+    out_k = gemm2(hq, w2, res, tw, torch.empty(T, H, dtype=h.dtype, device=DEV), config=c2, quant="channel",
+                  a_scale=hs, b_scale=b2, reduce=reduce)
+    out_f = gemm2(h, w2, res, tw, config=c2, quant="channel", b_scale=b2, reduce=reduce, a_qrow=amax)
+    if reduce == "deterministic":
+        assert torch.equal(out_f.view(torch.int16), out_k.view(torch.int16))
+    else:                                  # atomic: the order of the adds varies
+        assert _frob(out_f[4:], out_k[4:]) < 1e-3 and torch.isnan(out_f[3]).all() == torch.isnan(out_k[3]).all()
+    ref = gemm2_ref(hq.float() * hs, w2, ids, tw, quant="channel", b_scale=b2)
+    ok = torch.ones(T, dtype=torch.bool)
+    if T > 3:
+        ok[3] = False
+        assert torch.isnan(out_f[3]).all()
+    assert torch.isfinite(out_f[ok.to(DEV)]).all()
+    assert _frob(out_f[ok.to(DEV)], ref.to(DEV)[ok.to(DEV)]) < 1e-3
+    assert 1e-4 < _frob(out_f[ok.to(DEV)], gemm2_ref(h.float(), w2, ids, tw, quant="channel", b_scale=b2)
+                        .to(DEV)[ok.to(DEV)]) < 6e-2                            # the 8-bit steps of h
+
+
+def test_gemm2_a_qrow_rejects_what_it_cannot_run():
+    T, k = 5, K_TOP
+    tw, ids = _routing(T, E, k, seed=96)
+    res = align_block_size(ids, 16, E)
+    h = _x(T * k, I, torch.float16)
+    w2 = _int_operands((E, H, I), -4, 5, torch.int8, 97)
+    amax = torch.zeros(T * k, 3, dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="a_qrow needs 16-bit h, 8-bit w2 with quant='channel'"):
+        gemm2(h, w2, res, tw, config=SMALL, quant="tensor", b_scale=_pow2((E,), 1), a_qrow=amax)
+    with pytest.raises(ValueError, match="a_qrow needs"):
+        gemm2(h, w2, res, tw, config=SMALL, quant="channel", b_scale=_pow2((E, H), 1), a_qrow=amax.float())
+    w13, _, _, _ = _weights(E, H, I, torch.float16, seed=98)
+    with pytest.raises(ValueError, match=r"row_amax must be int32 \(10, 3\)"):
+        gemm1_act(_x(T, H, torch.float16), w13, res, k, "silu", config=SMALL, row_amax=amax[:, :2])
+
+
 # ---------------------------------------------------------------------------------- configs
 def test_default_config_regimes():
     dec1 = default_config(1, 8, 2 * 14336, 4096, 2, torch.bfloat16, gemm="gemm1")   # Mixtral decode
