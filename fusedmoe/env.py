@@ -144,14 +144,14 @@ def w8a8_decode() -> str:
 
 
 def h_quant() -> str:
-    """FUSEDMOE_H_QUANT: 'kernel', 'epilogue', 'gemm2' or '' (unset: the backend's default);
-    a clear error otherwise."""
+    """FUSEDMOE_H_QUANT: 'kernel' (default) or 'epilogue'; a clear error otherwise."""
     v = os.environ.get("FUSEDMOE_H_QUANT", "").strip().lower()
-    if v not in ("", "epilogue", "kernel", "gemm2"):
-        raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue', 'gemm2' or 'kernel'",
-                          "unset it (the backend's default), or set FUSEDMOE_H_QUANT=kernel (16-bit h, then the "
-                          "scheme's own quantization kernel), =gemm2 (per-token schemes: GEMM2 quantizes 16-bit h "
-                          "as it loads it) or =epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
+    if not v:
+        return "kernel"
+    if v not in ("epilogue", "kernel"):
+        raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue' or 'kernel'",
+                          "unset it (kernel: 16-bit h, then the scheme's own quantization kernel) or set "
+                          "FUSEDMOE_H_QUANT=epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
     return v
 
 

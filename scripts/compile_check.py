@@ -277,48 +277,6 @@ def epilogue_cases() -> list:
     return out
 
 
-def qrow_cases() -> list:
-    """h quantized per token by GEMM2 as it loads it (FUSEDMOE_H_QUANT=gemm2): qwen3 GEMM1 with
-    the row maxima (row_amax) and GEMM2 on 16-bit h (a_qrow), fp8 and int8, at the shipped H100
-    T=4096 / 16384 tiles (GEMM2's stages cut to fit the 16-bit A: _qrow_stages)."""
-    from fusedmoe.kernels import grouped_gemm as gg
-    captured, real = _capture(gg)
-    bf = torch.bfloat16
-    out = []
-    try:
-        E, H, I, k, T = 128, 2048, 768, 8, 4096
-        n = T * k
-        align = _fake_align(E, T, k)
-        for dt in (torch.float8_e4m3fn, torch.int8):
-            name = "fp8" if dt != torch.int8 else "int8"
-            c1 = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=64, num_warps=8,
-                      num_stages=3, USE_TMA=True, PERSISTENT=1)
-            captured.clear()
-            gg.gemm1_act(torch.empty(T, H, dtype=dt), torch.empty(E, 2 * I, H, dtype=dt), align, k, "silu",
-                         torch.empty(n, I, dtype=bf), quant="channel", a_scale=torch.empty(T, 1),
-                         b_scale=torch.empty(E, 2 * I), config=c1,
-                         row_amax=torch.empty(gg.row_amax_shape(n, I, c1), dtype=torch.int32))
-            out.append((f"qrow gemm1 {name} 64x256 row_amax", captured[0]))
-            for c2 in (dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256 if name == "fp8" else 128, BLOCK_SIZE_K=128,
-                            GROUP_SIZE_M=16, num_warps=4, num_stages=2 if name == "fp8" else 3, USE_TMA=True,
-                            PERSISTENT=2, FLATTEN=True),
-                       dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=16, num_warps=8,
-                            num_stages=2, USE_TMA=True, PERSISTENT=2, FLATTEN=True),
-                       dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=16, num_warps=4,
-                            num_stages=2, USE_TMA=True, PERSISTENT=2),
-                       dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=128, GROUP_SIZE_M=8, num_warps=8,
-                            num_stages=4, USE_TMA=True, PERSISTENT=1)):
-                captured.clear()
-                gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=dt), align, torch.empty(T, k),
-                         torch.empty(T, H, dtype=bf), quant="channel", b_scale=torch.empty(E, H), config=c2,
-                         reduce="atomic_out", a_qrow=torch.empty(n, 3, dtype=torch.int32))
-                out.append((f"qrow gemm2 {name} {c2['BLOCK_SIZE_M']}x{c2['BLOCK_SIZE_N']} w{c2['num_warps']} "
-                            f"P{c2['PERSISTENT']}" + (" flat" if c2.get("FLATTEN") else ""), captured[0]))
-    finally:
-        gg.launch = real
-    return out
-
-
 def reg_usage(cubin: bytes) -> str:
     """'REG r, LOCAL l' (registers per thread, local memory = spills) from the bundled
     cuobjdump's resource usage of the compiled cubin (no GPU needed)."""
@@ -517,7 +475,6 @@ def main() -> int:
     cases += grouped_cases()
     cases += block_cases()
     cases += epilogue_cases()
-    cases += qrow_cases()
     cases += tc_cases()
     only = sys.argv[1:]                       # label substrings: compile only those cases
     if only:

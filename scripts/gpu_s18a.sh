@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN AT COMMIT bbab91c (FUSEDMOE_H_QUANT=gemm2 was reverted after it: 530 -> 670 us fp8, 549 -> 1075 int8)
 # Session 18, call 1 (H100): GEMM2 quantizing its 16-bit h per token as it loads it
 # (FUSEDMOE_H_QUANT=gemm2). Its GPU tests (bitwise against the requantization kernel's path),
 # then kernel / gemm2 alternating at qwen3 T=4096 / 16384 (fp8_channel, int8_channel), then

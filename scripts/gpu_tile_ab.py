@@ -353,21 +353,6 @@ ROUNDS["s17h200"] = [   # session 17, on an H200 (the script takes this GPU's fi
     ], "fp8_block"),
 ]
 
-ROUNDS["s18qrow"] = [   # session 18 (H100), run with FUSEDMOE_H_QUANT=gemm2: GEMM2 quantizing its 16-bit h per
-    # token as it loads it runs the W8A8 tiles tuned for 8-bit h; the sm_90 compile of the shipped fp8 T=4096
-    # GEMM2 (64x256 w4 s2 P2 flat) spills ~1 KB a thread there (w8: 48 B), int8's does not
-    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
-        ("g2 w8", "gemm2", dict(num_warps=8)),
-        ("g2 w8 P1 noflat", "gemm2", dict(num_warps=8, PERSISTENT=1, FLATTEN=False)),
-        ("g2 128x256 w8 s3 P1", "gemm2", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=3, PERSISTENT=1)),
-        ("g2 64x128 w4 s3", "gemm2", dict(BLOCK_SIZE_N=128, num_stages=3)),
-    ], "fp8_channel"),
-    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
-        ("g2 64x256 w8", "gemm2", dict(BLOCK_SIZE_N=256, num_warps=8, num_stages=2)),
-        ("g2 w8", "gemm2", dict(num_warps=8)),
-    ], "int8_channel"),
-]
-
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:

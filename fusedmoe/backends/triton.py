@@ -152,20 +152,6 @@ ATOMIC_OUT_MAX_Y = 1 << 29
 # launch of GEMM1 in the PDL chain. False: GEMM2 zeroes the output itself (the A/B's old side).
 FUSED_ZERO = True
 
-# FUSEDMOE_H_QUANT unset, fp8_channel / int8_channel with a dynamic h scale: whether GEMM2
-# quantizes the 16-bit h per token as it loads it ('gemm2') rather than a requantization
-# kernel between the GEMMs ('kernel')
-H_QROW_DEFAULT = False
-
-
-def h_qrow_on(scheme, h_quant: str) -> bool:
-    """Whether the grouped path leaves h 16-bit for GEMM2 to quantize per token as it loads it
-    (fp8_channel / int8_channel; FUSEDMOE_H_QUANT=gemm2, or unset and H_QROW_DEFAULT). A static
-    h scale (checkpoint a2_scale) keeps the requantization kernel."""
-    return (scheme.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL)
-            and not scheme.static_activation_scale
-            and (h_quant == "gemm2" or (h_quant == "" and H_QROW_DEFAULT)))
-
 
 def reduce_rule(config: MoEConfig, platform, T: int, gemm2_config: dict | None = None) -> str:
     """The grouped GEMM2's k-sum for T tokens when determinism was not asked for and
@@ -295,10 +281,6 @@ class TritonExperts(Experts):
         h_quant = env.h_quant()          # (read, and checked, whatever the scheme)
         self.h_epilogue = (self.scheme.method in (QuantMethod.FP8_BLOCK, QuantMethod.FP8_CHANNEL)
                            and h_quant == "epilogue")
-        # per-token schemes with a dynamic h scale: GEMM1 leaves 16-bit h and its rows' partial
-        # amaxes, GEMM2 quantizes h as it loads it (bitwise the 'kernel' math, no
-        # requantization kernel: gemm2's a_qrow). H_QROW_DEFAULT says whether unset means it.
-        self.h_qrow = h_qrow_on(self.scheme, h_quant) and weights.a2_scale is None
 
     def reduce_for(self, T: int, c2: dict | None = None) -> str:
         """How a grouped-path call of T tokens sums each token's k slots after GEMM2:
@@ -341,7 +323,7 @@ class TritonExperts(Experts):
         else:
             c1, c2 = self.configs(M)
             key = (M, topk, align_bm(c1, c2), c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
-                   self.reduce_for(M, c2), c1["BLOCK_SIZE_N"])                        # all it depends on
+                   self.reduce_for(M, c2))                                            # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -369,9 +351,6 @@ class TritonExperts(Experts):
         if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
             bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
-        elif self.h_qrow:   # GEMM1's partial row maxima of 16-bit h, for GEMM2
-            from ..kernels.grouped_gemm import row_amax_shape
-            bufs["h_amax"] = (row_amax_shape(M * topk, c.intermediate_size, c1), torch.int32)
         y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce_for(M, c2), dt)
         if y is not None:
             bufs["y"] = y
@@ -585,10 +564,6 @@ class TritonExperts(Experts):
                 # in place, kernels/grouped_gemm.py) unless the tuned config says otherwise
                 a_group = g
                 c2 = dict(c2, RESCALE=c2.get("RESCALE", True))
-        elif self.h_qrow:   # 16-bit h and its rows' partial maxima; GEMM2 quantizes h per token
-            h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
-                          config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, row_amax=ws["h_amax"], **q)
-            h_scale = None
         else:
             h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
                           config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
@@ -596,8 +571,7 @@ class TritonExperts(Experts):
         return gemm2(h, w.w2, align, prep.topk_weights, out,
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                      config=c2, reduce=reduce, workspace=ws.get("y"),
-                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, out_zeroed=zero_early,
-                     a_qrow=ws["h_amax"] if self.h_qrow else None, **q)
+                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, out_zeroed=zero_early, **q)
 
 
 def _check(config: MoEConfig, quant, platform):
@@ -679,9 +653,6 @@ def _variants(config, quant, platform):
         hq = (f"; h quantized in GEMM1's epilogue (fp8, 1 x {g} groups"
               + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
               + "; FUSEDMOE_H_QUANT)") if g else ""
-        if h_qrow_on(quant, env.h_quant()):
-            hq = ("; h left 16-bit with its rows' maxima by GEMM1, quantized per token by GEMM2 as it loads it "
-                  "(no requantization kernel; FUSEDMOE_H_QUANT)")
         from ..kernels.grouped_gemm import mask_a_rule
         masked = [name for name, cg in (("GEMM1", c1), ("GEMM2", c2)) if not cg.get("A_RESIDENT")
                   and mask_a_rule(cg, T * config.top_k, config.num_local_experts, cg["BLOCK_SIZE_M"])]

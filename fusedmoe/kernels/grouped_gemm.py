@@ -175,25 +175,6 @@ def _rescale(acc, pa, ca, pb, cb, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, 
 
 
 @triton.jit
-def _qrow_quantize(a, s, inv, QTYPE: tl.constexpr, BITWISE_FP8: tl.constexpr):
-    """A's 16-bit tile a [BM, BK] quantized per row (A_QROW) with scales s [BM, 1] and their
-    correctly rounded reciprocals inv: ``_quantize(a, s, QTYPE, BITWISE_FP8, RCP=True)``'s codes
-    with fewer live values. fp8 on the GPU: the Markstein quotient (the correctly rounded a / s,
-    as there) cast by cvt.rn.satfinite, which already saturates at 448 and keeps NaN, and
-    Inf cannot occur (a row holding Inf has a NaN scale; a finite a / s is <= 448 (1 + 2^-23));
-    the one code that may differ is -0 against +0, whose products are 0 either way."""
-    if QTYPE == "int8" or BITWISE_FP8:
-        r = _quantize(a, s, QTYPE, BITWISE_FP8, True)
-        if QTYPE == "fp8":                            # (the interpreter: e4m3 bits as uint8)
-            r = r.to(tl.float8e4nv, bitcast=True)
-    else:
-        xf = a.to(tl.float32)
-        q = xf * inv
-        r = tl.math.fma(tl.math.fma(-q, s, xf), inv, q).to(tl.float8e4nv)
-    return r
-
-
-@triton.jit
 def _grouped_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of linear tile ``tile`` of a num_m x num_pid_n grid of tiles.
 
@@ -242,7 +223,6 @@ def _gemm_tile(
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    ROW_AMAX: tl.constexpr, A_QROW: tl.constexpr, A_QROW_N: tl.constexpr, A_QTYPE: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
 
@@ -278,15 +258,6 @@ def _gemm_tile(
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if A_SCALE == 3:
         as_ptrs = a_scale_ptr + a_rows * stride_asm                             # [BM]
-    if A_QROW > 0:
-        # A is 16-bit h, quantized here per row (per token) as it is loaded: the row's scale
-        # from the A_QROW_N partial |h| maxima (int32 bits) GEMM1's epilogue left (ROW_AMAX),
-        # so the codes and scales are bitwise those of the requantization kernel
-        jq = tl.arange(0, A_QROW)
-        am_bits = tl.load(a_scale_ptr + a_rows[:, None] * stride_asm + jq[None, :],
-                          mask=(jq < A_QROW_N)[None, :], other=0)
-        qs = _scale_from_amax_bits(tl.max(am_bits, axis=1), 127.0 if A_QTYPE == "int8" else 448.0, False)  # [BM]
-        qs_inv = tl.math.div_rn(1.0, qs)[:, None]                               # [BM, 1]
     if B_SCALE == 3:
         if SB_SCALAR:     # BN divides bn, bn divides N: one weight scale a (tile, K group)
             bs_ptrs = b_scale_ptr + e * stride_bse + ((pid_n * BLOCK_N) // GROUP_N) * stride_bsn
@@ -326,8 +297,6 @@ def _gemm_tile(
             a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         else:
             a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
-        if A_QROW > 0:
-            a = _qrow_quantize(a, qs[:, None], qs_inv, A_QTYPE, BITWISE_FP8)
         if USE_TMA:
             b = tl.trans(b_desc.load([b_row, k_at]))                              # [BK, BN]
             if GATED:
@@ -405,8 +374,6 @@ def _gemm_tile(
         sa = tl.load(a_scale_ptr + a_rows * stride_asm)[:, None]
         acc *= sa
         acc_u *= sa
-    if A_QROW > 0:                                    # (GEMM2: no up half)
-        acc *= qs[:, None]
     if B_SCALE == 1:
         sb = tl.load(b_scale_ptr + e * stride_bse)
         acc *= sb
@@ -447,14 +414,6 @@ def _gemm_tile(
             tl.store(c_scale_ptr + c_rows * stride_csm + col0 // Q_GROUP, s_g, mask=g_ok)
             sc = tl.where(in_g, s_g[:, None], sc)
         tl.store(c_ptrs, _quantize(acc, sc, "fp8", BITWISE_FP8), mask=c_mask)
-    elif ROW_AMAX:
-        # h as stored, and each row's max |h| over this tile's columns (int32 bits: NaN > Inf >
-        # finite) into c_scale [n, column tiles]: GEMM2 (A_QROW) takes the max of a row's
-        # partials as the per-token amax of the requantization
-        v = acc.to(c_ptr.dtype.element_ty)
-        tl.store(c_ptrs, v, mask=c_mask)
-        bits = tl.max(tl.where((offs_n < N_OUT)[None, :], _abs_bits(v), 0), axis=1)    # [BM]
-        tl.store(c_scale_ptr + c_rows * stride_csm + pid_n, bits, mask=row_ok)
     elif ATOMIC:
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask, sem="relaxed")
     else:
@@ -480,8 +439,6 @@ def _moe_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
     BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False,
-    ROW_AMAX: tl.constexpr = False, A_QROW: tl.constexpr = 0, A_QROW_N: tl.constexpr = 0,
-    A_QTYPE: tl.constexpr = "fp8",
 ):
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
@@ -512,8 +469,7 @@ def _moe_gemm_kernel(
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
-                ROW_AMAX, A_QROW, A_QROW_N, A_QTYPE)
+                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -537,8 +493,7 @@ def _moe_gemm_kernel(
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K,
-            ROW_AMAX, A_QROW, A_QROW_N, A_QTYPE)
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
 @triton.jit
@@ -790,13 +745,9 @@ def _num_sms(device: torch.device) -> int:
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
             quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False,
-            a_group=None, out_scale=None, out_group=0, out_pow2=False, row_amax=None, a_qrow=None):
+            a_group=None, out_scale=None, out_group=0, out_pow2=False):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
-    if a_qrow is not None:
-        if config.get("A_RESIDENT", 0):
-            config = {k: v for k, v in config.items() if k != "A_RESIDENT"}
-        stages = _qrow_stages(config, a, b, stages)
     if config.get("A_RESIDENT", 0):
         return _launch_resident(a, b, c, align, n_out=n_out, config=config, bias=bias, topk_weights=topk_weights,
                                 quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
@@ -828,13 +779,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     b_desc = None
     if config.get("USE_TMA", False) and TensorDescriptor is not None and _tma_ok(b):
         b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
-    # a_qrow: 16-bit A quantized in the loop to B's dtype (A_QROW), the scale from its row
-    # amax partials; the math is then B's dtype on both sides
-    a_dt, b_dt = (b.dtype if a_qrow is not None else a.dtype), b.dtype
-    if a_qrow is not None:
-        assert a_mode == 0 and quant == "channel" and b_dt in (torch.int8, torch.float8_e4m3fn)
-        sa, sam = a_qrow, a_qrow.stride(0)
-    c_scale = out_scale if out_group else (row_amax if row_amax is not None else a)
+    a_dt, b_dt = a.dtype, b.dtype
     s_am, s_ak = a.stride()[:2]                      # one stride() call per tensor, not one per dim
     s_be, s_bn, s_bk = b.stride()[:3]
     s_cm, s_cn = c.stride()[:2]
@@ -843,11 +788,11 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     launch(_moe_gemm_kernel, grid, (
         a, b, b_desc, _q_arg(c) if out_group else c, bias if bias is not None else a, sa, sb,
         topk_weights if topk_weights is not None else a, align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
-        c_scale,
+        out_scale if out_group else a,
         n_out, K, align.num_pairs, num_m_blocks, k_tiles,
         s_am, s_ak, s_be, s_bn, s_bk,
         stride_cs, s_cm, s_cn, s_bias_e, s_bias_n,
-        sam, sak, sbe, sbn, sbk, c_scale.stride(0) if (out_group or row_amax is not None) else 0,
+        sam, sak, sbe, sbn, sbk, out_scale.stride(0) if out_group else 0,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(
         A_DIV=a_div, C_DIV=c_div, ALIGN_BM=align.block_m,
@@ -858,30 +803,11 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None, RESCALE=rescale,
         SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0 and n_out % gn == 0,   # tiles inside one group
-        Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=(bool(out_group) or a_qrow is not None) and _bitwise_fp8(c),
+        Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=bool(out_group) and _bitwise_fp8(c),
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
-        ROW_AMAX=row_amax is not None, A_QROW=next_power_of_2(a_qrow.shape[1]) if a_qrow is not None else 0,
-        A_QROW_N=a_qrow.shape[1] if a_qrow is not None else 0,
-        A_QTYPE="int8" if b_dt == torch.int8 else "fp8",
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
-
-
-_SMEM_BYTES = 227 * 1024   # sm_90's shared memory a block may have
-
-
-def _qrow_stages(config: dict, a: torch.Tensor, b: torch.Tensor, stages: int) -> int:
-    """num_stages for a GEMM2 config tuned on 8-bit A that runs on 16-bit A (A_QROW): A's
-    tile is twice the bytes, so the stages that fitted may not (e.g. 128 x 256 x 128 at 4
-    stages: 256 KiB). Fewest stages dropped so that each of PERSISTENT programs an SM (1
-    otherwise) keeps its operand buffers under its share; at least 2."""
-    BM, BN, BK = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
-    per_stage = BM * BK * a.element_size() + BN * BK * b.element_size()
-    share = _SMEM_BYTES // max(1, config.get("PERSISTENT", 0))
-    while stages > 2 and stages * per_stage > share:
-        stages -= 1
-    return stages
 
 
 _RESIDENT_MAX_CHUNKS = 4     # resident A chunks a program holds (the kernel names a0..a3)
@@ -969,7 +895,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
               b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
               pdl: bool = False, out_group: int = 0, out_scale: Optional[torch.Tensor] = None,
-              out_pow2: bool = False, row_amax: Optional[torch.Tensor] = None):
+              out_pow2: bool = False):
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -986,8 +912,6 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     reference's ``quant_fp8_group(h, g, out_pow2)`` of the fp32 tile; config BLOCK_SIZE_N a
     multiple of g), and the call returns (h fp8 [n, I], scale fp32 [n, ceil(I/g)]), written
     into ``out`` / ``out_scale`` when given. Otherwise it returns h.
-    ``row_amax`` int32 [n, ceil(I / BLOCK_SIZE_N)] (``row_amax_shape``): each row's max |h|
-    (as stored, fp32 bits) per column tile is written there too, for ``gemm2(a_qrow=...)``.
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
@@ -999,21 +923,11 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
         out_scale = torch.empty(out.shape[0], cdiv(n_out, out_group), dtype=torch.float32, device=x.device)
     if config.get("SPLIT_K", 1) != 1:
         config = dict(config, SPLIT_K=1)   # a split before a nonlinear epilogue would be wrong
-    if row_amax is not None:
-        want = row_amax_shape(out.shape[0], n_out, config)
-        if out_group or tuple(row_amax.shape) != want or row_amax.dtype != torch.int32 or row_amax.stride(1) != 1:
-            raise ValueError(f"row_amax must be int32 {want} with unit column stride and no out_group "
-                             f"(got {row_amax.dtype} {tuple(row_amax.shape)})")
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
             quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
-            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2, row_amax=row_amax)
+            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2)
     return (out, out_scale) if out_group else out
-
-
-def row_amax_shape(n: int, n_out: int, config: dict) -> tuple:
-    """[n, column tiles of GEMM1]: the partial row maxima ``gemm1_act(row_amax=...)`` writes."""
-    return (n, cdiv(n_out, config["BLOCK_SIZE_N"]))
 
 
 def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict, reduce: str,
@@ -1037,7 +951,7 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
           workspace: Optional[torch.Tensor] = None, quant: str = "none",
           a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
           block_shape: Optional[tuple] = None, pdl: bool = False, a_group: Optional[int] = None,
-          out_zeroed: bool = False, a_qrow: Optional[torch.Tensor] = None) -> torch.Tensor:
+          out_zeroed: bool = False) -> torch.Tensor:
     """out [T, H] = sum_j topk_weights[t, j] * (h[s] @ w2[e]^T + bias[e]) over kept slots.
 
     h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
@@ -1052,11 +966,6 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     quantization of x, ``quant_fp8_token(zero=out)``): an atomic sum straight into ``out``
     then skips its own zeroing and keeps ``pdl`` (the zeroing was ordered before the kernel
     GEMM2 depends on). Ignored by the other reduce modes.
-    ``a_qrow``: h is 16-bit (or fp32) and GEMM2 quantizes it per token as it loads it, to w2's dtype
-    (fp8 e4m3 or int8; ``quant`` 'channel', no ``a_scale``), each row's scale
-    max(amax, 1e-12) / 448 (127) from a_qrow [n, P], the partial maxima of
-    ``gemm1_act(row_amax=...)``: codes, scales and result bitwise those of requantizing h with
-    ``quant_fp8_token`` / ``quant_int8_token`` first. No requantization kernel, no 8-bit h.
     """
     T, k = topk_weights.shape
     H = w2.shape[1]
@@ -1069,13 +978,6 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
         workspace = torch.empty(spec[0], dtype=spec[1], device=h.device)
     if reduce not in REDUCE_MODES:
         raise ValueError(f"reduce must be one of {REDUCE_MODES} (got {reduce!r})")
-    if a_qrow is not None and (quant != "channel" or a_scale is not None or a_group
-                               or w2.dtype not in (torch.int8, torch.float8_e4m3fn)
-                               or h.dtype not in (torch.bfloat16, torch.float16, torch.float32)
-                               or a_qrow.dtype != torch.int32 or a_qrow.shape[0] != h.shape[0]):
-        raise ValueError("a_qrow needs 16-bit h, 8-bit w2 with quant='channel', no a_scale / a_group, and int32 "
-                         f"[{h.shape[0]}, P] row maxima (got h {h.dtype}, w2 {w2.dtype}, quant {quant!r}, "
-                         f"a_qrow {a_qrow.dtype} {tuple(a_qrow.shape)})")
     atomic = reduce != "deterministic"
     if atomic:
         c = out if spec is None else workspace                                   # [T, H]
@@ -1087,8 +989,7 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
         c, c_div, stride_cs = workspace[0], 1, workspace.stride(0)               # y [S, n, H]
     _launch(h, w2, c, align, n_out=H, a_div=1, c_div=c_div, act=_NO_ACT, config=config, bias=bias,
             topk_weights=topk_weights if mul_routed_weight else None, atomic=atomic, stride_cs=stride_cs,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl, a_group=a_group,
-            a_qrow=a_qrow)
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl, a_group=a_group)
     if not atomic:
         moe_reduce(workspace, out, align, pdl=pdl)
     elif c is not out:
