@@ -33,15 +33,12 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | grouped path's activation rounding); ``tc`` as a8, with the   |
 |                             | GEMMs on the tensor cores (kernels/decode_tc.py); ``auto``    |
 |                             | (default): a16 for one token, tc for more (the fastest each)  |
-| FUSEDMOE_H_QUANT            | where the ``triton`` grouped path quantizes GEMM2's input h:  |
-|                             | ``kernel``: 16-bit h, then a quantization kernel applying the |
-|                             | scheme's own rule; ``token`` (fp8_channel / int8_channel):    |
-|                             | GEMM1 stores h quantized per token, bitwise the kernel's      |
-|                             | codes (a program computes whole rows); ``epilogue``           |
-|                             | (fp8_block / fp8_channel): in GEMM1's epilogue, fp8 in 1 x g  |
-|                             | groups (fp8_channel: 1 x 128, finer than its per-token rule;  |
-|                             | H100: 3-19% slower at T >= 4096). Unset: the backend's default|
-|                             | (``H_TOKEN_DEFAULT``, else kernel)                            |
+| FUSEDMOE_H_QUANT            | where the ``triton`` grouped path quantizes GEMM2's input h   |
+|                             | for fp8_block / fp8_channel: ``kernel`` (default): 16-bit h,  |
+|                             | then a quantization kernel applying the scheme's own rule;    |
+|                             | ``epilogue``: in GEMM1's epilogue, fp8 in 1 x g groups        |
+|                             | (fp8_block: its own 1 x bk; fp8_channel: 1 x 128, finer than  |
+|                             | its per-token rule). H100: epilogue 3-19% slower at T >= 4096 |
 | FUSEDMOE_REDUCE             | how the ``triton`` grouped GEMM2 sums a token's k slots when  |
 |                             | the caller did not ask for determinism: ``deterministic``     |
 |                             | (y [T*k, H], then a fixed-order reduce kernel; bitwise        |
@@ -147,14 +144,14 @@ def w8a8_decode() -> str:
 
 
 def h_quant() -> str:
-    """FUSEDMOE_H_QUANT: 'kernel', 'token', 'epilogue', or '' when unset (the backend's
-    default); a clear error otherwise."""
+    """FUSEDMOE_H_QUANT: 'kernel' (default) or 'epilogue'; a clear error otherwise."""
     v = os.environ.get("FUSEDMOE_H_QUANT", "").strip().lower()
-    if v not in ("", "epilogue", "kernel", "token"):
-        raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue', 'kernel' or 'token'",
-                          "unset it (the backend's default), or set FUSEDMOE_H_QUANT=kernel (16-bit h, then the "
-                          "scheme's own quantization kernel), =token (fp8_channel / int8_channel: GEMM1 stores h "
-                          "quantized per token) or =epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
+    if not v:
+        return "kernel"
+    if v not in ("epilogue", "kernel"):
+        raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue' or 'kernel'",
+                          "unset it (kernel: 16-bit h, then the scheme's own quantization kernel) or set "
+                          "FUSEDMOE_H_QUANT=epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
     return v
 
 

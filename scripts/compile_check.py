@@ -277,32 +277,6 @@ def epilogue_cases() -> list:
     return out
 
 
-def token_cases() -> list:
-    """GEMM1 storing h quantized per token (FUSEDMOE_H_QUANT=token): qwen3 fp8 / int8 per
-    channel at the shipped H100 T=4096 / 16384 tiles and a narrower one."""
-    from fusedmoe.kernels import grouped_gemm as gg
-    captured, real = _capture(gg)
-    out = []
-    try:
-        E, H, I, k, T = 128, 2048, 768, 8, 4096
-        n = T * k
-        align = _fake_align(E, T, k)
-        for dt in (torch.float8_e4m3fn, torch.int8):
-            name = "fp8" if dt != torch.int8 else "int8"
-            for bm, bn, w, st, p in ((64, 256, 8, 3, 1), (128, 128, 8, 4, 0), (64, 128, 4, 4, 2)):
-                c1 = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, GROUP_SIZE_M=8, num_warps=w,
-                          num_stages=st, USE_TMA=True, PERSISTENT=p)
-                captured.clear()
-                gg.gemm1_act(torch.empty(T, H, dtype=dt), torch.empty(E, 2 * I, H, dtype=dt), align, k, "silu",
-                             torch.empty(n, I, dtype=dt), quant="channel", a_scale=torch.empty(T, 1),
-                             b_scale=torch.empty(E, 2 * I), config=c1, out_token_quant=name,
-                             scratch=torch.empty(max(p, 1) * 132, bm, I, dtype=torch.bfloat16))
-                out.append((f"token gemm1 {name} {bm}x{bn} w{w} s{st} P{p}", captured[0]))
-    finally:
-        gg.launch = real
-    return out
-
-
 def reg_usage(cubin: bytes) -> str:
     """'REG r, LOCAL l' (registers per thread, local memory = spills) from the bundled
     cuobjdump's resource usage of the compiled cubin (no GPU needed)."""
@@ -501,7 +475,6 @@ def main() -> int:
     cases += grouped_cases()
     cases += block_cases()
     cases += epilogue_cases()
-    cases += token_cases()
     cases += tc_cases()
     only = sys.argv[1:]                       # label substrings: compile only those cases
     if only:

@@ -1,12 +1,12 @@
 """A/B of where the grouped path quantizes GEMM2's input h (FUSEDMOE_H_QUANT), through `fusedmoe bench`.
 
-    python3 scripts/gpu_hquant_ab.py [--rounds 2] [--cases ...] [--variants kernel,token] [--tokens 4096]
+    python3 scripts/gpu_hquant_ab.py [--rounds 2] [--cases ...] [--variants kernel,epilogue] [--tokens 4096]
         (on the GPU, from the repo root)
 
 (Session 18 measured 'gemm2', GEMM2 quantizing the 16-bit h per token as it loads it: commit
-bbab91c, reverted; docs/bench_h100_s18_hquant_gemm2_ab.txt.) Variants, alternating per round: 'kernel' (16-bit h from GEMM1, then the scheme's quantization
-kernel), 'token' (per-token schemes: GEMM1 stores h quantized per token), 'epilogue' (GEMM1
-writes fp8 h with 1 x 128 group scales), and for fp8_channel 'epilogue, GEMM2
+bbab91c, reverted; docs/bench_h100_s18_hquant_gemm2_ab.txt. And 'token', GEMM1 storing h quantized
+per token: commit a741476, reverted; docs/bench_h100_s18_hquant_token_ab.txt. Both slower.) Variants, alternating per round: 'kernel' (16-bit h from GEMM1, then the scheme's quantization
+kernel), 'epilogue' (GEMM1 writes fp8 h with 1 x 128 group scales), and for fp8_channel 'epilogue, GEMM2
 no RESCALE' (a second fp32 tile per K group instead of scaling the accumulator in place).
 Prints the triton graph µs per (preset, scheme, T), and bf16 once per round (with the first
 variant) for the ratio issue 5 asks for.
@@ -71,8 +71,8 @@ def main():
             continue
         variants = []
         for v in a.variants.split(","):
-            if v in ("kernel", "epilogue", "token"):
-                if v == "epilogue" and scheme == "int8_channel" or v == "token" and scheme == "fp8_block":
+            if v in ("kernel", "epilogue"):
+                if v == "epilogue" and scheme == "int8_channel":
                     continue
                 variants.append((v, {"FUSEDMOE_H_QUANT": v}, None, scheme))
             elif v == "epilogue-norescale" and scheme == "fp8_channel":

@@ -353,20 +353,6 @@ ROUNDS["s17h200"] = [   # session 17, on an H200 (the script takes this GPU's fi
     ], "fp8_block"),
 ]
 
-ROUNDS["s18token"] = [   # session 18 (H100), run with FUSEDMOE_H_QUANT=token: GEMM1 storing h quantized per token
-    # computes whole rows a program (persistent, m-block by m-block), so its tile shape and programs an SM
-    # matter differently than for the tiles tuned with 16-bit h out
-    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
-        ("g1 64x128 w8 s4 P1", "gemm1", dict(BLOCK_SIZE_N=128, num_stages=4)),
-        ("g1 64x256 w8 s3 P2", "gemm1", dict(PERSISTENT=2)),
-        ("g1 128x128 w8 s4 P1", "gemm1", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_stages=4)),
-    ], "fp8_channel"),
-    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
-        ("g1 64x128 w8 s4 P1", "gemm1", dict(BLOCK_SIZE_N=128, num_stages=4)),
-        ("g1 128x128 w8 s4 P1", "gemm1", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_stages=4)),
-    ], "int8_channel"),
-]
-
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:

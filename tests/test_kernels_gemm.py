@@ -611,52 +611,6 @@ def test_gemm1_quantizes_h_in_1xg_groups(I_, bn, x_dt, pow2):
     assert 1e-3 < _frob(deq, ref.to(DEV)[ok]) < 6e-2                                           # fp8 steps
 
 
-@pytest.mark.parametrize("qt", ["fp8", "int8"])
-@pytest.mark.parametrize("T,I_,bn,persistent,x_dt", [(29, 48, 16, 1, torch.float16), (29, 40, 32, 2, torch.float16),
-                                                     (1, 40, 16, 0, torch.float16), (29, 48, 16, 1, "8bit")])
-def test_gemm1_quantizes_h_per_token(qt, T, I_, bn, persistent, x_dt):
-    # out_token_quant: GEMM1 computes every column tile of its m-blocks, staging them 16-bit in
-    # its scratch slot, then stores h quantized per token. Codes and scales must be BITWISE those
-    # of the plain GEMM1's 16-bit h through quant_fp8_token / quant_int8_token (the path it
-    # replaces), which the reference tests check. I = 40 / BN 32: a partial second tile whose
-    # wrapped columns stay out of the maxima; 3 tiles at I = 48 / BN 16. The interpreter's grid
-    # is 4 programs an SM-equivalent, so programs take several m-blocks and reuse their slots
-    # (and PERSISTENT 0 still runs persistent). T = 1: most experts empty. A NaN in a token's x
-    # makes that token's rows NaN-scaled, no other row. '8bit': fp8 x and w13 with channel scales.
-    from fusedmoe.kernels.quantize import quant_fp8_token, quant_int8_token
-    k = K_TOP
-    g = torch.Generator().manual_seed(101)
-    if x_dt == "8bit":
-        x = (torch.randn(T, H, generator=g) * 4).to(torch.float8_e4m3fn).to(DEV)
-        w13 = (torch.randn(E, 2 * I_, H, generator=g) * 4).to(torch.float8_e4m3fn).to(DEV)
-        q = dict(quant="channel", a_scale=_pow2((T, 1), 102) / 64, b_scale=_pow2((E, 2 * I_), 103) / 64)
-    else:
-        x = (torch.randn(T, H, generator=g) * 0.5).to(x_dt).to(DEV)
-        w13 = (torch.randn(E, 2 * I_, H, generator=g) * 0.2).to(x_dt).to(DEV)
-        q = {}
-        if T > 3:
-            x[3, 5] = float("nan")
-    tw, ids = _routing(T, E, k, seed=104)
-    res = align_block_size(ids, 16, E)
-    cfg = dict(SMALL, BLOCK_SIZE_N=bn, PERSISTENT=persistent)
-    h16 = gemm1_act(x, w13, res, k, "silu", config=cfg, **q)
-    rq, rs = (quant_int8_token if qt == "int8" else quant_fp8_token)(h16)
-    hq, hs = gemm1_act(x, w13, res, k, "silu", config=cfg, out_token_quant=qt, **q)
-    assert hq.dtype == rq.dtype and hs.shape == (T * k, 1)
-    assert torch.equal(hs.view(torch.int32), rs.view(torch.int32))               # NaN rows: the same NaN bits
-    assert torch.equal(hq.view(torch.int8), rq.view(torch.int8))
-    if T > 3 and x_dt != "8bit":
-        assert torch.isnan(hs[3 * k:4 * k]).all() and torch.isfinite(hs[:3 * k]).all()
-    ref = gemm1_act_ref(x, w13, ids, "silu", **q)                                # fp32, not rounded to 16 bits
-    ok = torch.isfinite(hs.cpu()).squeeze(1)
-    assert 1e-3 < _frob(hq.float().cpu()[ok] * hs.cpu()[ok], ref.cpu()[ok]) < 5e-2   # the 8-bit steps
-    with pytest.raises(ValueError, match="scratch must be"):
-        gemm1_act(x, w13, res, k, "silu", config=cfg, out_token_quant=qt,
-                  scratch=torch.empty(1, 16, I_, dtype=torch.float16, device=DEV), **q)
-    with pytest.raises(ValueError, match="out_token_quant must be"):
-        gemm1_act(x, w13, res, k, "silu", config=cfg, out_token_quant="fp4", **q)
-
-
 @pytest.mark.parametrize("rescale", [False, True])
 def test_gemm2_group_scaled_h_with_channel_weights(rescale):
     # h fp8 with 1 x 32 group scales (GEMM1's out_group) times per-channel fp8 weights,

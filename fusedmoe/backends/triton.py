@@ -153,20 +153,6 @@ ATOMIC_OUT_MAX_Y = 1 << 29
 FUSED_ZERO = True
 
 
-# FUSEDMOE_H_QUANT unset, fp8_channel / int8_channel with a dynamic h scale: whether GEMM1
-# stores h quantized per token ('token') rather than 16-bit h and a requantization kernel
-H_TOKEN_DEFAULT = False
-
-
-def h_token_on(scheme, h_quant: str) -> bool:
-    """Whether the grouped path's GEMM1 stores h quantized per token (fp8_channel /
-    int8_channel; FUSEDMOE_H_QUANT=token, or unset and H_TOKEN_DEFAULT). A static h scale
-    (checkpoint a2_scale) keeps the requantization kernel."""
-    return (scheme.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL)
-            and not scheme.static_activation_scale
-            and (h_quant == "token" or (h_quant == "" and H_TOKEN_DEFAULT)))
-
-
 def reduce_rule(config: MoEConfig, platform, T: int, gemm2_config: dict | None = None) -> str:
     """The grouped GEMM2's k-sum for T tokens when determinism was not asked for and
     FUSEDMOE_REDUCE is unset: 'atomic_out' or 'deterministic' (see ATOMIC_OUT_MAX_Y).
@@ -295,10 +281,6 @@ class TritonExperts(Experts):
         h_quant = env.h_quant()          # (read, and checked, whatever the scheme)
         self.h_epilogue = (self.scheme.method in (QuantMethod.FP8_BLOCK, QuantMethod.FP8_CHANNEL)
                            and h_quant == "epilogue")
-        # per-token schemes with a dynamic h scale: GEMM1 stores h quantized per token (whole
-        # rows a program, staged 16-bit in a scratch slot): no requantization kernel, no 16-bit h
-        # round trip; bitwise the 'kernel' math (h_token_on)
-        self.h_token = h_token_on(self.scheme, h_quant) and weights.a2_scale is None
 
     def reduce_for(self, T: int, c2: dict | None = None) -> str:
         """How a grouped-path call of T tokens sums each token's k slots after GEMM2:
@@ -341,7 +323,7 @@ class TritonExperts(Experts):
         else:
             c1, c2 = self.configs(M)
             key = (M, topk, align_bm(c1, c2), c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
-                   self.reduce_for(M, c2), c1["BLOCK_SIZE_M"], c1.get("PERSISTENT", 0))  # all it depends on
+                   self.reduce_for(M, c2))                                            # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -369,12 +351,6 @@ class TritonExperts(Experts):
         if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
             bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
-        elif self.h_token:   # h 8-bit per token from GEMM1, staged 16-bit in a slot per program
-            q_dt = torch.int8 if self.scheme.method == QuantMethod.INT8_CHANNEL else torch.float8_e4m3fn
-            bufs["h"] = ((M * topk, c.intermediate_size), q_dt)
-            bufs["h_scale"] = ((M * topk, 1), torch.float32)
-            nsm = (self.platform.num_sms or 132) if self.platform.kind == "cuda" else 4   # as grouped_gemm._num_sms
-            bufs["h_scratch"] = ((max(c1.get("PERSISTENT", 0), 1) * nsm, c1["BLOCK_SIZE_M"], c.intermediate_size), dt)
         y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce_for(M, c2), dt)
         if y is not None:
             bufs["y"] = y
@@ -588,11 +564,6 @@ class TritonExperts(Experts):
                 # in place, kernels/grouped_gemm.py) unless the tuned config says otherwise
                 a_group = g
                 c2 = dict(c2, RESCALE=c2.get("RESCALE", True))
-        elif self.h_token:   # h per token straight from GEMM1: no requantization kernel
-            h, h_scale = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
-                                   config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl,
-                                   out_token_quant="int8" if ws["h"].dtype == torch.int8 else "fp8",
-                                   out_scale=ws["h_scale"], scratch=ws["h_scratch"], **q)
         else:
             h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
                           config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
@@ -682,9 +653,6 @@ def _variants(config, quant, platform):
         hq = (f"; h quantized in GEMM1's epilogue (fp8, 1 x {g} groups"
               + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
               + "; FUSEDMOE_H_QUANT)") if g else ""
-        if h_token_on(quant, env.h_quant()):
-            hq = ("; h quantized per token by GEMM1 (a program computes whole rows, staged 16-bit in a scratch "
-                  "slot; no requantization kernel; FUSEDMOE_H_QUANT)")
         from ..kernels.grouped_gemm import mask_a_rule
         masked = [name for name, cg in (("GEMM1", c1), ("GEMM2", c2)) if not cg.get("A_RESIDENT")
                   and mask_a_rule(cg, T * config.top_k, config.num_local_experts, cg["BLOCK_SIZE_M"])]

@@ -210,11 +210,10 @@ def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr, BAND_N: tl.const
 def _gemm_tile(
     pid_m, pid_n, pid_k, e,
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
-    scr_ptr,
     N_OUT, K, num_pairs, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm, stride_scr,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
     limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -224,12 +223,8 @@ def _gemm_tile(
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    ROW_Q: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
-
-    Returns [BM] int32: with ROW_Q, the bits of each row's max |h| over the tile's columns
-    (the tile itself went, 16-bit, to the program's scratch rows at ``scr_ptr``); else 0s.
 
     A helper, not part of the kernel body, so that the one-tile-per-program launch and the
     persistent tile loop run the same code (it is inlined: no call remains). No early
@@ -419,54 +414,20 @@ def _gemm_tile(
             tl.store(c_scale_ptr + c_rows * stride_csm + col0 // Q_GROUP, s_g, mask=g_ok)
             sc = tl.where(in_g, s_g[:, None], sc)
         tl.store(c_ptrs, _quantize(acc, sc, "fp8", BITWISE_FP8), mask=c_mask)
-    elif ROW_Q != "":
-        # h per token comes later (_row_quant_store): this tile 16-bit into the program's
-        # scratch rows (L2-resident, reused per m-block), and each row's max |h| over it
-        v = acc.to(scr_ptr.dtype.element_ty)
-        col_ok = (offs_n < N_OUT)[None, :]
-        tl.store(scr_ptr + tl.arange(0, BLOCK_M)[:, None] * stride_scr + offs_n[None, :], v, mask=col_ok)
-        row_bits = tl.max(tl.where(col_ok, _abs_bits(v), 0), axis=1)
     elif ATOMIC:
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask, sem="relaxed")
     else:
         tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-    if ROW_Q == "":
-        row_bits = tl.zeros((BLOCK_M,), dtype=tl.int32)
-    return row_bits
-
-
-@triton.jit
-def _row_quant_store(pid_m, bits, scr_ptr, c_ptr, c_scale_ptr, sorted_ids_ptr, N_OUT, num_pairs,
-                     stride_scr, stride_cm, stride_cn, stride_csm,
-                     ROW_Q: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """ROW_Q's second half, once every column tile of m-block pid_m is in the scratch rows: the
-    per-row scale max(amax, 1e-12) / 448 (int8: / 127; NaN for a row holding NaN / Inf) from
-    ``bits``, then each 16-bit tile read back, quantized (the correctly rounded h / scale) and
-    stored to the 8-bit h rows, the scales to c_scale [n, 1]: the codes and scales that
-    quant_fp8_token / quant_int8_token give for the 16-bit h the plain GEMM1 stores."""
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    slots = tl.load(sorted_ids_ptr + offs_m)
-    row_ok = slots < num_pairs
-    c_rows = slots.to(tl.int64)
-    s = _scale_from_amax_bits(bits, 127.0 if ROW_Q == "int8" else 448.0, False)            # [BM]
-    tl.store(c_scale_ptr + c_rows * stride_csm, s, mask=row_ok)
-    loc = tl.arange(0, BLOCK_M)
-    for n0 in range(0, N_OUT, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        col_ok = (offs_n < N_OUT)[None, :]
-        v = tl.load(scr_ptr + loc[:, None] * stride_scr + offs_n[None, :], mask=col_ok, other=0.0)
-        tl.store(c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :] * stride_cn,
-                 _quantize(v, s[:, None], ROW_Q, BITWISE_FP8, True), mask=row_ok[:, None] & col_ok)
 
 
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
 def _moe_gemm_kernel(
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
-    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, c_scale_ptr, scr_ptr,
+    sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, c_scale_ptr,
     N_OUT, K, num_pairs, num_m_blocks, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm, stride_scr,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
     limit, alpha,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr, ALIGN_BM: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -477,7 +438,7 @@ def _moe_gemm_kernel(
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
-    BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, ROW_Q: tl.constexpr = "",
+    BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False,
 ):
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
@@ -495,46 +456,20 @@ def _moe_gemm_kernel(
         # them live across it (triton 3.9 sm90 compile, deepseek-v3 tp8 tiles: GEMM1 173 ->
         # 255 registers, GEMM2 186 -> 235; with it both stay as in the one-tile launch)
         num_m = tl.minimum(tl.load(ntpp_ptr) // BLOCK_M, num_m_blocks)
-    if PERSISTENT and ROW_Q != "":
-        # GEMM1 with h quantized per token (ROW_Q): a program takes whole m-blocks, every column
-        # tile of one (16-bit, into its own BM scratch rows), then quantizes the rows with their
-        # full-row maxima. The barriers order the scratch's stores before the loads that read
-        # them back (other threads' elements) and those loads before the next m-block's stores.
-        scr = scr_ptr + pid.to(tl.int64) * BLOCK_M * stride_scr
-        for pid_m in tl.range(pid, num_m, tl.num_programs(0), disable_licm=True):
-            e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
-            bits = tl.zeros((BLOCK_M,), dtype=tl.int32)
-            for pid_n in range(0, num_pid_n):
-                bits = tl.maximum(bits, _gemm_tile(
-                    pid_m, pid_n, pid_k, e,
-                    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-                    c_scale_ptr, scr, N_OUT, K, num_pairs, k_tiles,
-                    stride_am, stride_ak, stride_be, stride_bn, stride_bk,
-                    stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-                    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm, stride_scr,
-                    limit, alpha,
-                    A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
-                    A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE,
-                    SB_SCALAR, Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, ROW_Q))
-            tl.debug_barrier()
-            _row_quant_store(pid_m, bits, scr, c_ptr, c_scale_ptr, sorted_ids_ptr, N_OUT, num_pairs,
-                             stride_scr, stride_cm, stride_cn, stride_csm, ROW_Q, BITWISE_FP8, BLOCK_M, BLOCK_N)
-            tl.debug_barrier()
-    elif PERSISTENT:
         for tile in tl.range(pid, num_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN, disable_licm=True):
             pid_m, pid_n = _tile_coords(tile, num_m, num_pid_n, GROUP_M, BAND_N)
             e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
             _gemm_tile(
                 pid_m, pid_n, pid_k, e,
                 a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-                c_scale_ptr, scr_ptr, N_OUT, K, num_pairs, k_tiles,
+                c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
                 stride_am, stride_ak, stride_be, stride_bn, stride_bk,
                 stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm, stride_scr,
+                stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, "")
+                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -551,14 +486,14 @@ def _moe_gemm_kernel(
         _gemm_tile(
             pid_m, pid_n, pid_k, e,
             a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
-            c_scale_ptr, scr_ptr, N_OUT, K, num_pairs, k_tiles,
+            c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
             stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
-            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm, stride_scr,
+            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, "")
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 
 
 @triton.jit
@@ -810,7 +745,7 @@ def _num_sms(device: torch.device) -> int:
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
             quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False,
-            a_group=None, out_scale=None, out_group=0, out_pow2=False, row_q="", scratch=None):
+            a_group=None, out_scale=None, out_group=0, out_pow2=False):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
     if config.get("A_RESIDENT", 0):
@@ -833,12 +768,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     assert persistent >= 0, "PERSISTENT is a number of programs per SM (0: one program per tile)"
     band_n = config.get("BAND_N", 0)
     assert isinstance(band_n, int) and band_n >= 0, "BAND_N is a number of column tiles per band (0: no bands)"
-    if row_q:        # whole m-blocks per program, a scratch slot each (row_quant_slots)
-        persistent = max(persistent, 1)
-        grid = (min(persistent * _num_sms(a.device), num_m_blocks), 1)
-        assert scratch is not None and scratch.shape[0] >= grid[0] and scratch.shape[1] == BM, \
-            "scratch must be [>= row_quant_slots, BLOCK_SIZE_M, N]"
-    elif persistent:   # PERSISTENT programs per SM in all, spread over the splits
+    if persistent:   # PERSISTENT programs per SM in all, spread over the splits
         grid = (min(cdiv(persistent * _num_sms(a.device), split), tiles), split)
     else:
         grid = (tiles, split)
@@ -854,16 +784,15 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     s_be, s_bn, s_bk = b.stride()[:3]
     s_cm, s_cn = c.stride()[:2]
     s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
-    q_out = bool(out_group or row_q)                 # c is 8-bit h with scales in out_scale
     # positional: every non-constexpr parameter of _moe_gemm_kernel, in signature order
     launch(_moe_gemm_kernel, grid, (
-        a, b, b_desc, _q_arg(c) if q_out else c, bias if bias is not None else a, sa, sb,
+        a, b, b_desc, _q_arg(c) if out_group else c, bias if bias is not None else a, sa, sb,
         topk_weights if topk_weights is not None else a, align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
-        out_scale if q_out else a, scratch if row_q else a,
+        out_scale if out_group else a,
         n_out, K, align.num_pairs, num_m_blocks, k_tiles,
         s_am, s_ak, s_be, s_bn, s_bk,
         stride_cs, s_cm, s_cn, s_bias_e, s_bias_n,
-        sam, sak, sbe, sbn, sbk, out_scale.stride(0) if q_out else 0, scratch.stride(1) if row_q else 0,
+        sam, sak, sbe, sbn, sbk, out_scale.stride(0) if out_group else 0,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(
         A_DIV=a_div, C_DIV=c_div, ALIGN_BM=align.block_m,
@@ -874,17 +803,11 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         INT_ACC=a_dt == torch.int8 and b_dt == torch.int8 and 3 not in (a_mode, b_mode),
         CAST_B=b_dt != a_dt, USE_TMA=b_desc is not None, RESCALE=rescale,
         SB_SCALAR=rescale and b_mode == 3 and gn % BN == 0 and n_out % gn == 0,   # tiles inside one group
-        Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=q_out and _bitwise_fp8(c),
+        Q_GROUP=out_group, Q_POW2=bool(out_pow2), BITWISE_FP8=bool(out_group) and _bitwise_fp8(c),
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
-        BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM), ROW_Q=row_q,
+        BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
-
-
-def row_quant_slots(config: dict, device: torch.device) -> int:
-    """Scratch slots (BLOCK_SIZE_M rows each) ``gemm1_act(out_token_quant=...)`` needs with this
-    GEMM1 config: one per program of its persistent grid (PERSISTENT per SM, at least 1)."""
-    return max(config.get("PERSISTENT", 0), 1) * _num_sms(device)
 
 
 _RESIDENT_MAX_CHUNKS = 4     # resident A chunks a program holds (the kernel names a0..a3)
@@ -972,7 +895,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
               b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
               pdl: bool = False, out_group: int = 0, out_scale: Optional[torch.Tensor] = None,
-              out_pow2: bool = False, out_token_quant: str = "", scratch: Optional[torch.Tensor] = None):
+              out_pow2: bool = False):
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -989,44 +912,22 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     reference's ``quant_fp8_group(h, g, out_pow2)`` of the fp32 tile; config BLOCK_SIZE_N a
     multiple of g), and the call returns (h fp8 [n, I], scale fp32 [n, ceil(I/g)]), written
     into ``out`` / ``out_scale`` when given. Otherwise it returns h.
-    ``out_token_quant`` 'fp8' / 'int8': h leaves GEMM1 quantized per row (per token, the
-    scheme rule of fp8_channel / int8_channel), bitwise ``quant_fp8_token`` /
-    ``quant_int8_token`` of the 16-bit h it would store otherwise; returns (h 8-bit [n, I],
-    scale fp32 [n, 1]). A program then computes every column tile of its m-blocks (persistent:
-    PERSISTENT programs an SM, at least 1), staging them 16-bit in ``scratch``
-    [``row_quant_slots``, BLOCK_SIZE_M, I] (x's 16-bit dtype; allocated when None) until the
-    rows' maxima are known.
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
     n_out = w13.shape[1] // 2 if gated else w13.shape[1]
-    if out_token_quant not in ("", "fp8", "int8") or (out_token_quant and out_group):
-        raise ValueError(f"out_token_quant must be '', 'fp8' or 'int8', without out_group (got {out_token_quant!r}, "
-                         f"out_group={out_group})")
-    q_dt = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}.get(out_token_quant)
     if out is None:
-        dt = torch.float8_e4m3fn if out_group else (q_dt or _compute_dtype(x))
+        dt = torch.float8_e4m3fn if out_group else _compute_dtype(x)
         out = torch.empty(x.shape[0] * top_k, n_out, dtype=dt, device=x.device)  # [n, I]
     if out_group and out_scale is None:
         out_scale = torch.empty(out.shape[0], cdiv(n_out, out_group), dtype=torch.float32, device=x.device)
     if config.get("SPLIT_K", 1) != 1:
         config = dict(config, SPLIT_K=1)   # a split before a nonlinear epilogue would be wrong
-    if out_token_quant:
-        if out.dtype != q_dt:
-            raise ValueError(f"out must be {q_dt} for out_token_quant={out_token_quant!r} (got {out.dtype})")
-        if out_scale is None:
-            out_scale = torch.empty(out.shape[0], 1, dtype=torch.float32, device=x.device)
-        shape = (row_quant_slots(config, x.device), config["BLOCK_SIZE_M"], n_out)
-        if scratch is None:
-            scratch = torch.empty(shape, dtype=_compute_dtype(x), device=x.device)
-        elif scratch.shape[0] < shape[0] or tuple(scratch.shape[1:]) != shape[1:] or scratch.stride(2) != 1:
-            raise ValueError(f"scratch must be [>= {shape[0]}, {shape[1]}, {shape[2]}] with unit column stride "
-                             f"(got {tuple(scratch.shape)})")
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
             quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
-            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2, row_q=out_token_quant, scratch=scratch)
-    return (out, out_scale) if (out_group or out_token_quant) else out
+            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2)
+    return (out, out_scale) if out_group else out
 
 
 def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict, reduce: str,
