@@ -5,7 +5,8 @@
 
 (Session 18 measured 'gemm2', GEMM2 quantizing the 16-bit h per token as it loads it: commit
 bbab91c, reverted; docs/bench_h100_s18_hquant_gemm2_ab.txt. And 'token', GEMM1 storing h quantized
-per token: commit a741476, reverted; docs/bench_h100_s18_hquant_token_ab.txt. Both slower.) Variants, alternating per round: 'kernel' (16-bit h from GEMM1, then the scheme's quantization
+per token: commit a741476, reverted; docs/bench_h100_s18_hquant_token_ab.txt. Both slower.)
+Variants, alternating per round: 'kernel' (16-bit h from GEMM1, then the scheme's quantization
 kernel), 'epilogue' (GEMM1 writes fp8 h with 1 x 128 group scales), and for fp8_channel 'epilogue, GEMM2
 no RESCALE' (a second fp32 tile per K group instead of scaling the accumulator in place).
 Prints the triton graph µs per (preset, scheme, T), and bf16 once per round (with the first
