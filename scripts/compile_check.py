@@ -272,6 +272,14 @@ def epilogue_cases() -> list:
                      config=dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=8,
                                  num_warps=8, num_stages=3, RESCALE=True))
         out.append(("epilogue gemm1 fp8_block 128x128 rescale", captured[0]))
+        captured.clear()      # the shipped H100 T=4096 tile
+        gg.gemm1_act(torch.empty(T, H, dtype=fp8), torch.empty(E, 2 * I, H, dtype=fp8), align, k, "silu",
+                     torch.empty(n, I, dtype=fp8), out_group=128, out_scale=torch.empty(n, I // 128),
+                     a_scale=torch.empty(T, H // 128), b_scale=torch.empty(E, 2 * I // 128, H // 128),
+                     quant="block", block_shape=(128, 128),
+                     config=dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
+                                 num_warps=4, num_stages=5, RESCALE=True, USE_TMA=True))
+        out.append(("epilogue gemm1 fp8_block 64x128 w4 s5 rescale tma", captured[0]))
     finally:
         gg.launch = real
     return out

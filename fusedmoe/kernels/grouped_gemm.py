@@ -404,16 +404,24 @@ def _gemm_tile(
         # two), NaN for a group holding NaN / Inf: the reference's quant_fp8_group of the fp32
         # tile; scales to c_scale [rows, G]
         bits = tl.where((offs_n < N_OUT)[None, :], _abs_bits(acc), 0)            # [BM, BN]
-        grp_of = tl.arange(0, BLOCK_N) // Q_GROUP                                 # [BN] group in the tile
-        sc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for g in tl.static_range(BLOCK_N // Q_GROUP):
-            in_g = (grp_of == g)[None, :]
-            s_g = _scale_from_amax_bits(tl.max(tl.where(in_g, bits, 0), axis=1), 448.0, Q_POW2)  # [BM]
-            col0 = pid_n * BLOCK_N + g * Q_GROUP
-            g_ok = row_ok & ((slots * 0 + col0) < N_OUT)   # (a tensor '&': the interpreter's mask dtype)
-            tl.store(c_scale_ptr + c_rows * stride_csm + col0 // Q_GROUP, s_g, mask=g_ok)
-            sc = tl.where(in_g, s_g[:, None], sc)
-        tl.store(c_ptrs, _quantize(acc, sc, "fp8", BITWISE_FP8), mask=c_mask)
+        if BLOCK_N == Q_GROUP:
+            # one group a tile (deepseek-v3 fp8_block's GEMM1): the row's scale and its
+            # reciprocal once, the quotient by _quantize's RCP (the correctly rounded acc / s
+            # in 3 FMA-class operations where div_rn takes a dozen or more)
+            s_g = _scale_from_amax_bits(tl.max(bits, axis=1), 448.0, Q_POW2)   # [BM]
+            tl.store(c_scale_ptr + c_rows * stride_csm + pid_n, s_g, mask=row_ok)     # (a tile starts inside N)
+            tl.store(c_ptrs, _quantize(acc, s_g[:, None], "fp8", BITWISE_FP8, True), mask=c_mask)
+        else:
+            grp_of = tl.arange(0, BLOCK_N) // Q_GROUP                             # [BN] group in the tile
+            sc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for g in tl.static_range(BLOCK_N // Q_GROUP):
+                in_g = (grp_of == g)[None, :]
+                s_g = _scale_from_amax_bits(tl.max(tl.where(in_g, bits, 0), axis=1), 448.0, Q_POW2)  # [BM]
+                col0 = pid_n * BLOCK_N + g * Q_GROUP
+                g_ok = row_ok & ((slots * 0 + col0) < N_OUT)   # (a tensor '&': the interpreter's mask dtype)
+                tl.store(c_scale_ptr + c_rows * stride_csm + col0 // Q_GROUP, s_g, mask=g_ok)
+                sc = tl.where(in_g, s_g[:, None], sc)
+            tl.store(c_ptrs, _quantize(acc, sc, "fp8", BITWISE_FP8), mask=c_mask)
     elif ATOMIC:
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask, sem="relaxed")
     else:
