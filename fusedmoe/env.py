@@ -34,11 +34,13 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | GEMMs on the tensor cores (kernels/decode_tc.py); ``auto``    |
 |                             | (default): a16 for one token, tc for more (the fastest each)  |
 | FUSEDMOE_H_QUANT            | where the ``triton`` grouped path quantizes GEMM2's input h   |
-|                             | for fp8_block / fp8_channel: ``kernel`` (default): 16-bit h,  |
-|                             | then a quantization kernel applying the scheme's own rule;    |
+|                             | for fp8_block / fp8_channel: ``kernel``: 16-bit h, then a     |
+|                             | quantization kernel applying the scheme's own rule;           |
 |                             | ``epilogue``: in GEMM1's epilogue, fp8 in 1 x g groups        |
-|                             | (fp8_block: its own 1 x bk; fp8_channel: 1 x 128, finer than  |
-|                             | its per-token rule). H100: epilogue 3-19% slower at T >= 4096 |
+|                             | (fp8_block: its own 1 x bk, from the fp32 tile; fp8_channel:  |
+|                             | 1 x 128, finer than its per-token rule). Unset: epilogue for  |
+|                             | fp8_block (H100 0-0.3% faster), kernel for fp8_channel (H100: |
+|                             | epilogue 3-19% slower at T >= 4096)                           |
 | FUSEDMOE_REDUCE             | how the ``triton`` grouped GEMM2 sums a token's k slots when  |
 |                             | the caller did not ask for determinism: ``deterministic``     |
 |                             | (y [T*k, H], then a fixed-order reduce kernel; bitwise        |
@@ -144,14 +146,13 @@ def w8a8_decode() -> str:
 
 
 def h_quant() -> str:
-    """FUSEDMOE_H_QUANT: 'kernel' (default) or 'epilogue'; a clear error otherwise."""
+    """FUSEDMOE_H_QUANT: 'kernel', 'epilogue', or '' when unset (the backend's default per
+    scheme, ``backends/triton.py h_epilogue_on``); a clear error otherwise."""
     v = os.environ.get("FUSEDMOE_H_QUANT", "").strip().lower()
-    if not v:
-        return "kernel"
-    if v not in ("epilogue", "kernel"):
+    if v not in ("", "epilogue", "kernel"):
         raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue' or 'kernel'",
-                          "unset it (kernel: 16-bit h, then the scheme's own quantization kernel) or set "
-                          "FUSEDMOE_H_QUANT=epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
+                          "unset it (the default per scheme), or set FUSEDMOE_H_QUANT=kernel (16-bit h, then the "
+                          "scheme's own quantization kernel) or =epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
     return v
 
 

@@ -340,7 +340,10 @@ def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
     assert ("finer than the scheme's per-token rule" in line) == (scheme == "fp8_channel")
     from fusedmoe import env
     monkeypatch.delenv("FUSEDMOE_H_QUANT")
-    assert env.h_quant() == "kernel"                       # the default: measured faster (env.py)
+    assert env.h_quant() == ""                             # unset: the default per scheme
+    with override((c1, c2)):
+        pe = build("triton", cfg, w)
+        assert pe.kernel.experts._h_epilogue(c1, c2) == (128 if scheme == "fp8_block" else 0)
     monkeypatch.setenv("FUSEDMOE_H_QUANT", "fast")
     with pytest.raises(ValueError, match="FUSEDMOE_H_QUANT='fast'.*accepted: 'epilogue' or 'kernel'"):
         build("triton", cfg, w)

@@ -174,6 +174,18 @@ def prefill_pdl_ok(platform) -> bool:
     return HAS_GDC
 
 
+def h_epilogue_on(scheme, h_quant: str) -> bool:
+    """Whether GEMM1's epilogue quantizes h (where the launch configs allow, h_epilogue_group)
+    for FUSEDMOE_H_QUANT = ``h_quant``: asked for ('epilogue'), or unset for fp8_block, whose own
+    1 x 128 rule it applies (H100, scripts/gpu_s18c.sh, deepseek-v3 tp8 T=1024 / 4096 / 16384:
+    732 -> 729, 1010 -> 1007, 2763 -> 2762 µs). fp8_channel's stays opt-in: 1 x 128 groups,
+    finer than its per-token rule, were 3-19% slower at T >= 4096 (docs/BENCHMARKS.md, ninth
+    session)."""
+    if scheme.method == QuantMethod.FP8_BLOCK:
+        return h_quant in ("", "epilogue")
+    return scheme.method == QuantMethod.FP8_CHANNEL and h_quant == "epilogue"
+
+
 def h_epilogue_group(scheme, c1: dict, c2: dict) -> int:
     """1 x g groups GEMM1's epilogue can quantize h in for these launch configs, 0 if none:
     fp8_block g = bk, fp8_channel g = H_GROUP_CHANNEL; GEMM1's BLOCK_SIZE_N a multiple of g
@@ -278,9 +290,7 @@ class TritonExperts(Experts):
         self.prefill_pdl = prefill_pdl_ok(platform)
         # GEMM2's input h quantized in GEMM1's epilogue (FUSEDMOE_H_QUANT, fp8_block /
         # fp8_channel): no 16-bit h round trip, no requantization kernel (_h_epilogue)
-        h_quant = env.h_quant()          # (read, and checked, whatever the scheme)
-        self.h_epilogue = (self.scheme.method in (QuantMethod.FP8_BLOCK, QuantMethod.FP8_CHANNEL)
-                           and h_quant == "epilogue")
+        self.h_epilogue = h_epilogue_on(self.scheme, env.h_quant())  # (read, and checked, whatever the scheme)
 
     def reduce_for(self, T: int, c2: dict | None = None) -> str:
         """How a grouped-path call of T tokens sums each token's k slots after GEMM2:
@@ -649,7 +659,7 @@ def _variants(config, quant, platform):
                              + (chain if pdl else ""))
             continue
         c1, c2 = lc.get(T)
-        g = h_epilogue_group(quant, c1, c2) if env.h_quant() == "epilogue" else 0
+        g = h_epilogue_group(quant, c1, c2) if h_epilogue_on(quant, env.h_quant()) else 0
         hq = (f"; h quantized in GEMM1's epilogue (fp8, 1 x {g} groups"
               + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
               + "; FUSEDMOE_H_QUANT)") if g else ""
