@@ -353,6 +353,17 @@ ROUNDS["s17h200"] = [   # session 17, on an H200 (the script takes this GPU's fi
     ], "fp8_block"),
 ]
 
+ROUNDS["s18mix16k"] = [   # session 18 (H100): Mixtral T=16384 at 78% of the roofline (80% wanted), neighbours
+    # of the shipped GEMM1 128x128x64 w8 s3 GM16 TMA / GEMM2 128x256x64 w8 s4 GM32 TMA not measured before
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [
+        ("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
+        ("g1 P1 flat", "gemm1", dict(PERSISTENT=1, FLATTEN=True)),
+        ("g1 bk128 s2", "gemm1", dict(BLOCK_SIZE_K=128, num_stages=2)),
+        ("g1 gm64", "gemm1", dict(GROUP_SIZE_M=64)),
+        ("g2 bk128 s2", "gemm2", dict(BLOCK_SIZE_K=128, num_stages=2)),
+    ]),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
