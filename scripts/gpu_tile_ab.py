@@ -364,6 +364,21 @@ ROUNDS["s18mix16k"] = [   # session 18 (H100): Mixtral T=16384 at 78% of the roo
     ]),
 ]
 
+ROUNDS["s18mix16k2"] = [   # session 18 (H100): s18mix16k's win (GEMM1 PERSISTENT 1: 18042 vs 18593 / 18839 us,
+    # 80.3%) shipped; against the old entry again and its persistent neighbours
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [
+        ("g1 old (P0)", "gemm1", dict(PERSISTENT=0)),
+        ("g1 P1 gm8", "gemm1", dict(GROUP_SIZE_M=8)),
+        ("g1 P1 gm32", "gemm1", dict(GROUP_SIZE_M=32)),
+        ("g1 old (P0) 2", "gemm1", dict(PERSISTENT=0)),
+    ]),
+    # the same switch at other large-T 16-bit GEMM1s that run one tile a program
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
