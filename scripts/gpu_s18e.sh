@@ -5,7 +5,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
-timeout 230 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_layer.py tests/test_backends.py \
+timeout 230 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_layer.py tests/test_backends.py \
   tests/test_kernels_gemm.py -k "block or epilogue or 1xg or group" 2>&1 | tail -4 | tee "$OUT/s18e_tests.txt"
 b() { timeout 150 python3 -m fusedmoe bench --peers none --backend triton --no-progress "$@" 2>&1 \
   | grep -E "triton|FAIL|rror"; }
