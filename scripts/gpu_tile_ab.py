@@ -379,6 +379,12 @@ ROUNDS["s18mix16k2"] = [   # session 18 (H100): s18mix16k's win (GEMM1 PERSISTEN
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
 ]
 
+ROUNDS["h200p1"] = [   # prepared in session 18, not run: the H100's persistent-GEMM1 wins (Mixtral T=1024 /
+    # 16384, s18mix16k2) on whatever this GPU's files hold (the script takes this GPU's files: run it on an H200)
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
