@@ -223,6 +223,7 @@ def _gemm_tile(
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    PREFETCH_S: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
 
@@ -271,13 +272,20 @@ def _gemm_tile(
         # in place (no second [BM, BN] fp32 tile live across the dot); once after the loop by
         # s_last. An empty K split reads group 0's scales (its acc is 0 anyway).
         kg0 = tl.minimum(k_lo, K - 1) // GROUP_K
+        kg_last = (K - 1) // GROUP_K
         if A_SCALE == 3:
-            pa = _floor_scale(tl.load(as_ptrs + kg0 * stride_ask))                    # [BM]
+            na = tl.load(as_ptrs + kg0 * stride_ask)                                  # [BM]
+            pa = _floor_scale(na)
         else:
             pa = 1.0
         if B_SCALE == 3:
-            pb = _floor_scale(tl.load(bs_ptrs + kg0 * stride_bsk))                    # [] or [BN]
-            pbu = _floor_scale(tl.load(bs_up_ptrs + kg0 * stride_bsk))
+            nb = tl.load(bs_ptrs + kg0 * stride_bsk)                                  # [] or [BN]
+            pb = _floor_scale(nb)
+            if GATED:        # (an ungated GEMM's up pointers run past its expert's scales)
+                nbu = tl.load(bs_up_ptrs + kg0 * stride_bsk)
+                pbu = _floor_scale(nbu)
+            else:
+                pbu = 1.0
         else:
             pb = 1.0
             pbu = 1.0
@@ -315,20 +323,36 @@ def _gemm_tile(
                 b_u = b_u.to(a.dtype)
         if RESCALE:
             kg = (k_lo + it * BLOCK_K) // GROUP_K
+            # PREFETCH_S: this group's scales were loaded an iteration ago (na, nb, nbu) and the
+            # next group's are loaded now, so a load's latency overlaps this iteration's dots
+            # instead of stalling the rescale the dot waits on (triton does not pipeline loads
+            # that feed no dot operand: sm_90 compile, both scale loads sat right before their
+            # use in the loop). Same values, same operations: bitwise the same output.
+            kg_n = tl.minimum((k_lo + (it + 1) * BLOCK_K) // GROUP_K, kg_last)
             if A_SCALE == 3:
-                ca = _floor_scale(tl.load(as_ptrs + kg * stride_ask))
+                if PREFETCH_S:
+                    ca = _floor_scale(na)
+                    na = tl.load(as_ptrs + kg_n * stride_ask)
+                else:
+                    ca = _floor_scale(tl.load(as_ptrs + kg * stride_ask))
             else:
                 ca = 1.0
             if B_SCALE == 3:
-                cb = _floor_scale(tl.load(bs_ptrs + kg * stride_bsk))
+                if PREFETCH_S:
+                    cb = _floor_scale(nb)
+                    nb = tl.load(bs_ptrs + kg_n * stride_bsk)
+                    if GATED:
+                        cbu = _floor_scale(nbu)
+                        nbu = tl.load(bs_up_ptrs + kg_n * stride_bsk)
+                else:
+                    cb = _floor_scale(tl.load(bs_ptrs + kg * stride_bsk))
+                    if GATED:
+                        cbu = _floor_scale(tl.load(bs_up_ptrs + kg * stride_bsk))
             else:
                 cb = 1.0
+                cbu = 1.0
             acc = _dot(a, b, _rescale(acc, pa, ca, pb, cb, A_SCALE, B_SCALE, SB_SCALAR), FP32_IEEE, False)
             if GATED:
-                if B_SCALE == 3:
-                    cbu = _floor_scale(tl.load(bs_up_ptrs + kg * stride_bsk))
-                else:
-                    cbu = 1.0
                 acc_u = _dot(a, b_u, _rescale(acc_u, pa, ca, pbu, cbu, A_SCALE, B_SCALE, SB_SCALAR),
                              FP32_IEEE, False)
                 if B_SCALE == 3:
@@ -446,7 +470,7 @@ def _moe_gemm_kernel(
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
-    BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False,
+    BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, PREFETCH_S: tl.constexpr = False,
 ):
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
@@ -477,7 +501,7 @@ def _moe_gemm_kernel(
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -501,7 +525,7 @@ def _moe_gemm_kernel(
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S)
 
 
 @triton.jit
@@ -815,7 +839,13 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
+        PREFETCH_S=rescale and SCALE_PREFETCH,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
+
+
+# RESCALE's block scales loaded one K group ahead (PREFETCH_S in _gemm_tile); a module switch
+# for A/B runs (bitwise the same output either way)
+SCALE_PREFETCH = True
 
 
 _RESIDENT_MAX_CHUNKS = 4     # resident A chunks a program holds (the kernel names a0..a3)
