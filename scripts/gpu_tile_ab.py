@@ -385,6 +385,24 @@ ROUNDS["h200p1"] = [   # prepared in session 18, not run: the H100's persistent-
     ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
 ]
 
+ROUNDS["s19blk"] = [   # session 19 (H100): with RESCALE's block scales loaded a K group ahead (SCALE_PREFETCH),
+    # the deepseek-v3 tp8 fp8_block GEMM1 neighbours of the shipped tiles (more stages, persistent)
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g1 s3", "gemm1", dict(num_stages=3)),
+        ("g1 s5", "gemm1", dict(num_stages=5)),
+        ("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
+        ("g1 gm8", "gemm1", dict(GROUP_SIZE_M=8)),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g1 128x128 w8 s4", "gemm1", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=4)),
+        ("g1 s4", "gemm1", dict(num_stages=4)),
+        ("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
+    ], "fp8_block"),
+    # qwen3 fp8_channel T=16384: GEMM1 one tile a program (int8's entry is persistent)
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))],
+     "fp8_channel"),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
