@@ -19,4 +19,4 @@ raise SystemExit(main(sys.argv[2:]))" $1 bench --peers none --backend triton --n
 for pf in 0 1 0 1; do
   b $pf deepseek-v3 fp8_block 1024,4096,16384 "--tp 8"
 done 2>&1 | tee "$OUT/s19a_ab.txt"
-timeout 330 python3 scripts/gpu_tile_ab.py s19blk 2>&1 | tee "$OUT/s19a_tile.txt"
+# then (call 2): python3 scripts/gpu_tile_ab.py s19blk
