@@ -497,10 +497,10 @@ def test_rescale_scale_prefetch_same_bits(variant, monkeypatch):
             gemm2(hq, w2, res, tw, out, config=c2, quant="block", a_scale=a2, b_scale=b2, block_shape=block,
                   reduce="deterministic")
             outs[bk, on] = (h, out)
+        for name, t_on, t_off in zip(("h", "out"), outs[bk, True], outs[bk, False]):
+            assert torch.equal(t_on, t_off), (bk, name, (t_on - t_off).abs().max().item(), _rel(t_on, t_off))
         ref1 = gemm1_act_ref(x, w13, ids, "silu", quant="block", a_scale=a1, b_scale=b1, block=block)
-        assert _rel(outs[bk, True][0], ref1) < 1e-5            # and both right, not merely equal
-        for t_on, t_off in zip(outs[bk, True], outs[bk, False]):
-            assert torch.equal(t_on, t_off)
+        assert _rel(outs[bk, True][0], ref1) < 1e-5, _rel(outs[bk, True][0], ref1)   # and right, not merely equal
 
 
 
