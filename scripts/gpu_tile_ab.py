@@ -403,6 +403,20 @@ ROUNDS["s19blk"] = [   # session 19 (H100): with RESCALE's block scales loaded a
      "fp8_channel"),
 ]
 
+ROUNDS["s19blk2"] = [   # session 19 (H100): s19blk's T=4096 win (GEMM1 128x128 w8 s4: 944.3 vs 990.6 us) shipped;
+    # its neighbours, and the T=1024 GEMM1 (32x128 w4 s3, pointer loads) against the larger tiles
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g1 s3", "gemm1", dict(num_stages=3)),
+        ("g1 s5", "gemm1", dict(num_stages=5)),
+        ("g1 old 64x128 w4 s5", "gemm1", dict(BLOCK_SIZE_M=64, num_warps=4, num_stages=5)),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 1024, "E=256,N=256,", [
+        ("g1 32x128 tma", "gemm1", dict(USE_TMA=True)),
+        ("g1 64x128 w4 s5 tma", "gemm1", dict(BLOCK_SIZE_M=64, num_stages=5, USE_TMA=True)),
+        ("g1 128x128 w8 s4 tma", "gemm1", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=4, USE_TMA=True)),
+    ], "fp8_block"),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:

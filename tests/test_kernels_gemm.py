@@ -472,36 +472,40 @@ def test_quant_gemm1_and_gemm2(case, variant):
 def test_rescale_scale_prefetch_same_bits(variant, monkeypatch):
     # RESCALE with the block scales loaded one K group ahead (SCALE_PREFETCH, the default) and
     # in the iteration that uses them: the same values in the same operations, so the same
-    # bits. Random (not power-of-two) scales and K = 64 / 48 in groups of 32 (GEMM2's last group
-    # a masked tail) with BK 32 (one load a group) and BK 16 (a group over two iterations)
+    # bits. Random (not power-of-two) scales; K groups of 64 (H 128: two groups; GEMM2's K = I
+    # = 96: a second group with a masked tail) at BK 64 (one load a group) and BK 32 (a group
+    # over two iterations; 8-bit dots need K >= 32 on the GPU)
     cfg1, cfg2 = BLOCK_VARIANTS[variant]
-    T, k, block = 29, K_TOP, (16, 32)
-    x = _int_operands((T, H), -4, 5, torch.float8_e4m3fn, 21)
-    w13 = _int_operands((E, 2 * I, H), -4, 5, torch.float8_e4m3fn, 22)
-    w2 = _int_operands((E, H, I), -4, 5, torch.float8_e4m3fn, 23)
-    hq = _int_operands((T * k, I), -4, 5, torch.float8_e4m3fn, 24)
-    a1 = (_randn(T, H // 32, seed=25).abs() + 0.1)
-    b1 = (_randn(E, 2 * I // 16, H // 32, seed=26).abs() + 0.1)
+    T, k, block, H_, I_ = 29, K_TOP, (16, 64), 128, 96
+    x = _int_operands((T, H_), -4, 5, torch.float8_e4m3fn, 21)
+    w13 = _int_operands((E, 2 * I_, H_), -4, 5, torch.float8_e4m3fn, 22)
+    w2 = _int_operands((E, H_, I_), -4, 5, torch.float8_e4m3fn, 23)
+    hq = _int_operands((T * k, I_), -4, 5, torch.float8_e4m3fn, 24)
+    a1 = (_randn(T, H_ // 64, seed=25).abs() + 0.1)
+    b1 = (_randn(E, 2 * I_ // 16, H_ // 64, seed=26).abs() + 0.1)
     a2 = (_randn(T * k, 2, seed=27).abs() + 0.1)
-    b2 = (_randn(E, H // 16, 2, seed=28).abs() + 0.1)
+    b2 = (_randn(E, H_ // 16, 2, seed=28).abs() + 0.1)
     tw, ids = _routing(T, E, k, seed=3)
     res = align_block_size(ids, 16, E)
     outs = {}
-    for bk in (32, 16):
+    for bk in (64, 32):
         for on in (True, False):
             monkeypatch.setattr(gg, "SCALE_PREFETCH", on)
             c1, c2 = dict(cfg1, BLOCK_SIZE_K=bk), dict(cfg2, BLOCK_SIZE_K=bk)
-            h = torch.empty(T * k, I, device=DEV)
+            h = torch.empty(T * k, I_, device=DEV)
             gemm1_act(x, w13, res, k, "silu", h, config=c1, quant="block", a_scale=a1, b_scale=b1, block_shape=block)
-            out = torch.empty(T, H, device=DEV)
+            out = torch.empty(T, H_, device=DEV)
             gemm2(hq, w2, res, tw, out, config=c2, quant="block", a_scale=a2, b_scale=b2, block_shape=block,
                   reduce="deterministic")
             outs[bk, on] = (h, out)
         for name, t_on, t_off in zip(("h", "out"), outs[bk, True], outs[bk, False]):
             assert torch.equal(t_on, t_off), (bk, name, (t_on - t_off).abs().max().item(), _rel(t_on, t_off))
         ref1 = gemm1_act_ref(x, w13, ids, "silu", quant="block", a_scale=a1, b_scale=b1, block=block)
-        assert _rel(outs[bk, True][0], ref1) < 1e-5, _rel(outs[bk, True][0], ref1)   # and right, not merely equal
-
+        ref2 = gemm2_ref(hq, w2, ids, tw, quant="block", a_scale=a2, b_scale=b2, block=block)
+        # and right, not merely equal (fp32 rounding of the scale ratios; GPU fp8 wgmma sums of
+        # small integers are exact)
+        assert _rel(outs[bk, True][0], ref1) < 1e-5, _rel(outs[bk, True][0], ref1)
+        assert _rel(outs[bk, True][1], ref2) < 1e-5, _rel(outs[bk, True][1], ref2)
 
 
 RESIDENT_QUANT = [pytest.param(c, bn, id=f"{c[0]}-{str(c[1]).replace('torch.', '')}-bn{bn}")
