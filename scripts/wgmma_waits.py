@@ -6,11 +6,17 @@
 Session 19: every dot whose accumulator is rescaled, or which starts from zeros, is followed by
 ``wgmma.wait_group 0`` (synchronous), with triton 3.6 and 3.9, including the DeepGEMM form that
 adds the previous group's dot while the next one runs ('late'). Before SCALE_PREFETCH the scale
-loads sat in the loop right before the rescale that the next dot waits on.
+loads sat in the loop right before the rescale that the next dot waits on. In the SASS (ptxas of
+the triton 3.6 wheel) of the gated GEMM1 the loop runs: wait for every wgmma (up's, left in
+flight across the back edge), gate's rescale, gate's wgmmas with up's rescale scheduled between
+them, wait, up's wgmmas: gate's rescale and the wait between the two dots leave the tensor cores
+idle.
 """
 import os
 import re
+import subprocess
 import sys
+import tempfile
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _here)
 sys.path.insert(0, os.path.dirname(_here))
@@ -38,6 +44,30 @@ def loop_summary(ptx: str) -> str:
     return f"loop: {len(lines)} lines, ld.global at {loads}, first div at {divs[:1]}, wgmma waits (line, n) {waits}"
 
 
+def sass_loop(cubin: bytes) -> str:
+    """The SASS order of the main loop's wgmma waits (W), wgmma issues (Q), accumulator multiplies
+    (m: FMUL runs, counted) and global loads (L), through the nvdisasm of the triton wheel."""
+    nvd = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([nvd, "-c", f.name], capture_output=True, text=True).stdout
+    ops = []
+    for line in sass.splitlines():
+        if "WARPGROUP.DEPBAR" in line:
+            ops.append("W")
+        elif "GMMA" in line:
+            ops.append("Q")
+        elif " FMUL " in line:
+            ops.append("m")
+        elif "LDG.E " in line:
+            ops.append("L")
+    text = "".join(ops)
+    first_q = text.find("Q")
+    loop = text[max(0, text.rfind("W", 0, first_q)):]          # from the wait before the first wgmma
+    return re.sub(r"m{2,}", lambda r: f"m{len(r.group())}", loop[:loop.find("W", loop.rfind("Q")) + 1])
+
+
 captured, real = cc._capture(gg)
 E, H, I, k, T = 256, 7168, 256, 8, 4096
 n = T * k
@@ -54,6 +84,7 @@ for prefetch in (False, True):
                      a_scale=torch.empty(T, H // 128), b_scale=torch.empty(E, 2 * I // 128, H // 128))
         ck = cc.compile_spec(captured[0])
         print(f"gemm1 {bm}x128 w{w} s{st} prefetch={prefetch}: {loop_summary(ck.asm['ptx'])}")
+        print(f"    sass: {sass_loop(ck.asm['cubin'])}")
 gg.launch = real
 
 
