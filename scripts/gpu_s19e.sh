@@ -3,6 +3,7 @@
 # end of the iteration before (grouped_gemm.py RESCALE_AHEAD), against at the top of its own
 # (where ptxas waited for every wgmma first). Its bitwise test, then RESCALE_AHEAD 0 / 1
 # alternating on deepseek-v3 tp8 fp8_block.
+# RESCALE_AHEAD was commit 98ad774, reverted: 2.5-4.5% SLOWER (docs/bench_h100_s19_rescale_ahead_ab.txt).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

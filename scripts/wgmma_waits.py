@@ -10,7 +10,10 @@ loads sat in the loop right before the rescale that the next dot waits on. In th
 the triton 3.6 wheel) of the gated GEMM1 the loop runs: wait for every wgmma (up's, left in
 flight across the back edge), gate's rescale, gate's wgmmas with up's rescale scheduled between
 them, wait, up's wgmmas: gate's rescale and the wait between the two dots leave the tensor cores
-idle.
+idle. ptxas -v says why it waits at the top (C7517: "warpgroup.wait is injected ... to allow use
+of registers defined by GMMA"). Rescaling gate's tile at the end of the iteration before instead
+(commit 98ad774, RESCALE_AHEAD) removed that wait and let gate's wgmmas queue behind up's, and
+ran 2.5-4.5% SLOWER on the H100 (docs/bench_h100_s19_rescale_ahead_ab.txt): reverted.
 """
 import os
 import re

@@ -156,29 +156,22 @@ def _floor_scale(s):
 
 
 @triton.jit
-def _rescale_factor(pa, ca, pb, cb, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, SB_SCALAR: tl.constexpr):
-    """(pa / ca) (rows) * (pb / cb) (columns, or one scalar when SB_SCALAR), shaped to multiply
-    a [BM, BN] tile."""
+def _rescale(acc, pa, ca, pb, cb, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, SB_SCALAR: tl.constexpr):
+    """acc * (pa / ca) (rows) * (pb / cb) (columns, or one scalar when SB_SCALAR)."""
     if A_SCALE == 3:
         ra = pa / ca                                                            # [BM]
         if B_SCALE == 3:
             if SB_SCALAR:
-                f = (ra * (pb / cb))[:, None]
+                acc = acc * (ra * (pb / cb))[:, None]
             else:
-                f = ra[:, None] * (pb / cb)[None, :]
+                acc = acc * (ra[:, None] * (pb / cb)[None, :])
         else:
-            f = ra[:, None]
+            acc = acc * ra[:, None]
     elif SB_SCALAR:
-        f = pb / cb
+        acc = acc * (pb / cb)
     else:
-        f = (pb / cb)[None, :]
-    return f
-
-
-@triton.jit
-def _rescale(acc, pa, ca, pb, cb, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, SB_SCALAR: tl.constexpr):
-    """acc * (pa / ca) (rows) * (pb / cb) (columns, or one scalar when SB_SCALAR)."""
-    return acc * _rescale_factor(pa, ca, pb, cb, A_SCALE, B_SCALE, SB_SCALAR)
+        acc = acc * (pb / cb)[None, :]
+    return acc
 
 
 @triton.jit
@@ -230,7 +223,7 @@ def _gemm_tile(
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    PREFETCH_S: tl.constexpr, AHEAD: tl.constexpr,
+    PREFETCH_S: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
 
@@ -358,10 +351,7 @@ def _gemm_tile(
             else:
                 cb = 1.0
                 cbu = 1.0
-            if AHEAD:        # acc is in this group's units already (end of the last iteration)
-                acc = _dot(a, b, acc, FP32_IEEE, False)
-            else:
-                acc = _dot(a, b, _rescale(acc, pa, ca, pb, cb, A_SCALE, B_SCALE, SB_SCALAR), FP32_IEEE, False)
+            acc = _dot(a, b, _rescale(acc, pa, ca, pb, cb, A_SCALE, B_SCALE, SB_SCALAR), FP32_IEEE, False)
             if GATED:
                 acc_u = _dot(a, b_u, _rescale(acc_u, pa, ca, pbu, cbu, A_SCALE, B_SCALE, SB_SCALAR),
                              FP32_IEEE, False)
@@ -371,23 +361,6 @@ def _gemm_tile(
                 pa = ca
             if B_SCALE == 3:
                 pb = cb
-            if AHEAD:
-                # AHEAD (with PREFETCH_S): the first tile goes into the NEXT group's units here,
-                # with up's dot in flight, instead of at the top of the next iteration. There
-                # ptxas waits for every wgmma first (C7517, "warpgroup.wait is injected ... to
-                # allow use of registers defined by GMMA"), so that multiply ran with the tensor
-                # cores idle and the two dots could not queue back to back. The same factor of
-                # the same values, skipped (x 1.0) after the last iteration and before the first
-                # (acc = 0): bitwise the same output.
-                if A_SCALE == 3:
-                    xa = _floor_scale(na)
-                else:
-                    xa = 1.0
-                if B_SCALE == 3:
-                    xb = _floor_scale(nb)
-                else:
-                    xb = 1.0
-                acc = acc * tl.where(it + 1 < num_k, _rescale_factor(pa, xa, pb, xb, A_SCALE, B_SCALE, SB_SCALAR), 1.0)
         elif A_SCALE == 3 or B_SCALE == 3:
             kg = (k_lo + it * BLOCK_K) // GROUP_K
             if A_SCALE == 3:
@@ -498,7 +471,6 @@ def _moe_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
     BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, PREFETCH_S: tl.constexpr = False,
-    AHEAD: tl.constexpr = False,
 ):
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
@@ -529,7 +501,7 @@ def _moe_gemm_kernel(
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, AHEAD)
+                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -553,7 +525,7 @@ def _moe_gemm_kernel(
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, AHEAD)
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S)
 
 
 @triton.jit
@@ -867,18 +839,13 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
-        PREFETCH_S=rescale and SCALE_PREFETCH, AHEAD=rescale and SCALE_PREFETCH and RESCALE_AHEAD and act in (0, 1, 2, 3),
+        PREFETCH_S=rescale and SCALE_PREFETCH,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
 # RESCALE's block scales loaded one K group ahead (PREFETCH_S in _gemm_tile); a module switch
 # for A/B runs (bitwise the same output either way)
 SCALE_PREFETCH = True
-# with it, a gated GEMM's first (gate) tile rescaled into the next K group's units at the end of
-# each iteration (AHEAD in _gemm_tile); a module switch for A/B runs (bitwise the same output).
-# Not for ungated GEMMs: one dot a step leaves nothing in flight to hide the multiply behind,
-# and it spilled (sm_90 compile, GEMM2 128x256 w8: 0 -> 112-152 bytes of stack)
-RESCALE_AHEAD = True
 
 
 _RESIDENT_MAX_CHUNKS = 4     # resident A chunks a program holds (the kernel names a0..a3)
