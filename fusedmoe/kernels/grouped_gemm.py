@@ -36,7 +36,10 @@ default each K group's dot gets a tile of its own, scaled into the accumulator
 sum_j s_j d_j / s_cur and is multiplied by s_prev / s_cur before each group's dot, which
 then accumulates in place (no second fp32 tile live: larger tiles fit; H100 deepseek-v3
 tp8 fp8_block T=4096 1550 -> 1263 us with the tiles that allows; scales below 2^-60 read
-as 2^-60; not for int8 x int8, whose dot cannot accumulate into fp32).
+as 2^-60; not for int8 x int8, whose dot cannot accumulate into fp32). RESCALE's scales are
+loaded one K group ahead (SCALE_PREFETCH): triton pipelines only loads that feed a dot, and
+the multiply each dot waits on had waited on them (H100 deepseek-v3 tp8 fp8_block T=4096
+1005 -> 986 us; docs/BENCHMARKS.md, nineteenth section).
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
 num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N, MASK_A]). BLOCK_SIZE_M must divide the
