@@ -417,6 +417,22 @@ ROUNDS["s19blk2"] = [   # session 19 (H100): s19blk's T=4096 win (GEMM1 128x128 
     ], "fp8_block"),
 ]
 
+ROUNDS["s19next"] = [   # prepared in session 19, not run (H100): deepseek-v3 tp8 fp8_block T=1024 GEMM2 (32x256,
+    # per-group dot) spills 56 bytes (python scripts/ptxas_advice.py); RESCALE keeps no second fp32 tile
+    ("deepseek-v3", 8, 1024, "E=256,N=256,", [
+        ("g2 rescale", "gemm2", dict(RESCALE=True)),
+        ("g2 rescale 64x256 w4", "gemm2", dict(RESCALE=True, BLOCK_SIZE_M=64)),
+    ], "fp8_block"),
+]
+
+ROUNDS["h200blk"] = [   # prepared in session 19, not run: run it on an H200 (the script takes this GPU's files).
+    # The H100's T=4096 fp8_block GEMM1 win under the scale prefetch (128x128 w8 s4: 990 -> 944 us)
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g1 128x128 w8 s4 P0", "gemm1", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=4, PERSISTENT=0)),
+        ("g1 128x128 w8 s4 P1", "gemm1", dict(BLOCK_SIZE_M=128, num_warps=8, num_stages=4, PERSISTENT=1)),
+    ], "fp8_block"),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
