@@ -508,6 +508,46 @@ def test_rescale_scale_prefetch_same_bits(variant, monkeypatch):
         assert _rel(outs[bk, True][1], ref2) < 1e-5, _rel(outs[bk, True][1], ref2)
 
 
+EPI_PARAMS = [pytest.param(c, id=f"{c[0]}-{str(c[1]).replace('torch.', '')}") for c in QUANT_CASES if c[0] != "block"]
+
+
+@pytest.mark.parametrize("persistent", [0, 1])
+@pytest.mark.parametrize("case", EPI_PARAMS)
+def test_epilogue_loads_early_same_bits(case, persistent, monkeypatch):
+    # the epilogue's scales and routing weights loaded before the K loop (EPILOGUE_LOADS_EARLY)
+    # or after it: the same values in the same operations, so the same bits; random scales,
+    # one tile a program and persistent (the loads then repeat per tile)
+    quant, dt, a_shape, b_shape = case
+    T, k = 31, K_TOP
+    w_dt = torch.int8 if dt == "w8a16" else dt
+    x_dt = torch.float16 if dt == "w8a16" else dt
+    x = _int_operands((T, H), -4, 5, x_dt, 31)
+    w13 = _int_operands((E, 2 * I, H), -4, 5, w_dt, 32)
+    w2 = _int_operands((E, H, I), -4, 5, w_dt, 33)
+    hq = _int_operands((T * k, I), -4, 5, x_dt, 34)
+    a1 = (_randn(*a_shape(T, H), seed=35).abs() + 0.1) if a_shape else None
+    b1 = _randn(*b_shape(2 * I, H), seed=36).abs() + 0.1
+    a2 = (_randn(*a_shape(T * k, I), seed=37).abs() + 0.1) if a_shape else None
+    b2 = _randn(*b_shape(H, I), seed=38).abs() + 0.1
+    tw, ids = _routing(T, E, k, seed=4)
+    res = align_block_size(ids, 16, E)
+    cfg = dict(SMALL, PERSISTENT=persistent)
+    outs = {}
+    for on in (True, False):
+        monkeypatch.setattr(gg, "EPILOGUE_LOADS_EARLY", on)
+        h = torch.empty(T * k, I, device=DEV)
+        gemm1_act(x, w13, res, k, "silu", h, config=cfg, quant=quant, a_scale=a1, b_scale=b1)
+        out = torch.empty(T, H, device=DEV)
+        gemm2(hq, w2, res, tw, out, config=cfg, quant=quant, a_scale=a2, b_scale=b2, reduce="deterministic")
+        outs[on] = (h, out)
+    for name, t_on, t_off in zip(("h", "out"), outs[True], outs[False]):
+        assert torch.equal(t_on, t_off), (name, (t_on - t_off).abs().max().item())
+    ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1)
+    ref2 = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=a2, b_scale=b2)
+    # and right (fp32 rounding of random scales; GPU 8-bit sums of small integers are exact)
+    assert _rel(outs[True][0], ref1) < 1e-5 and _rel(outs[True][1], ref2) < 1e-5
+
+
 RESIDENT_QUANT = [pytest.param(c, bn, id=f"{c[0]}-{str(c[1]).replace('torch.', '')}-bn{bn}")
                   for c in QUANT_CASES if c[1] != "w8a16" for bn in ((16, 32) if c[0] == "block" else (16,))]
 

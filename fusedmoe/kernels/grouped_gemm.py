@@ -226,7 +226,7 @@ def _gemm_tile(
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    PREFETCH_S: tl.constexpr,
+    PREFETCH_S: tl.constexpr, EPI_EARLY: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
 
@@ -292,6 +292,22 @@ def _gemm_tile(
         else:
             pb = 1.0
             pbu = 1.0
+
+    if EPI_EARLY:
+        # the epilogue's per-tensor / per-row scales and routing weights loaded before the K
+        # loop: their latency is spent under the loop's MMAs instead of after them, between
+        # the last dot and the tile's store (the same values: the same bits). Not the
+        # per-column weight scales: a [1, BN] row in the MMA layout costs up to BN / 4
+        # registers a thread across the loop (sm_90 compile, qwen3 fp8_channel GEMM2 64x256:
+        # 728 bytes of spill at T=4096)
+        if A_SCALE == 1:
+            e_sa = tl.load(a_scale_ptr)
+        elif A_SCALE == 2:
+            e_sa = tl.load(a_scale_ptr + a_rows * stride_asm)[:, None]
+        if B_SCALE == 1:
+            e_sb = tl.load(b_scale_ptr + e * stride_bse)
+        if MUL_W:
+            e_w = tl.load(topk_w_ptr + slots, mask=row_ok, other=0.0).to(tl.float32)[:, None]
 
     # TMA: B tiles [BN, BK] of w viewed as [E*N, K]; rows past this expert's N belong to the
     # next expert (or are zero-filled at the end) and only feed masked output columns
@@ -393,16 +409,20 @@ def _gemm_tile(
         acc = _rescale(acc, pa, 1.0, pb, 1.0, A_SCALE, B_SCALE, SB_SCALAR)
         if GATED:
             acc_u = _rescale(acc_u, pa, 1.0, pbu, 1.0, A_SCALE, B_SCALE, SB_SCALAR)
-    if A_SCALE == 1:
-        sa = tl.load(a_scale_ptr)
-        acc *= sa
-        acc_u *= sa
-    elif A_SCALE == 2:
-        sa = tl.load(a_scale_ptr + a_rows * stride_asm)[:, None]
+    if A_SCALE == 1 or A_SCALE == 2:
+        if EPI_EARLY:
+            sa = e_sa
+        elif A_SCALE == 1:
+            sa = tl.load(a_scale_ptr)
+        else:
+            sa = tl.load(a_scale_ptr + a_rows * stride_asm)[:, None]
         acc *= sa
         acc_u *= sa
     if B_SCALE == 1:
-        sb = tl.load(b_scale_ptr + e * stride_bse)
+        if EPI_EARLY:
+            sb = e_sb
+        else:
+            sb = tl.load(b_scale_ptr + e * stride_bse)
         acc *= sb
         acc_u *= sb
     elif B_SCALE == 2:
@@ -420,7 +440,10 @@ def _gemm_tile(
     if ACT >= 0:
         acc = _activation(acc, acc_u, ACT, HAS_LIMIT, limit, alpha)
     if MUL_W:
-        acc *= tl.load(topk_w_ptr + slots, mask=row_ok, other=0.0).to(tl.float32)[:, None]
+        if EPI_EARLY:
+            acc *= e_w
+        else:
+            acc *= tl.load(topk_w_ptr + slots, mask=row_ok, other=0.0).to(tl.float32)[:, None]
 
     c_mask = row_ok[:, None] & (offs_n < N_OUT)[None, :]
     c_rows = (slots // C_DIV).to(tl.int64)
@@ -474,6 +497,7 @@ def _moe_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
     BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, PREFETCH_S: tl.constexpr = False,
+    EPI_EARLY: tl.constexpr = False,
 ):
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
@@ -504,7 +528,7 @@ def _moe_gemm_kernel(
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S)
+                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY)
     else:
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -528,7 +552,7 @@ def _moe_gemm_kernel(
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S)
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY)
 
 
 @triton.jit
@@ -842,13 +866,18 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
-        PREFETCH_S=rescale and SCALE_PREFETCH,
+        PREFETCH_S=rescale and SCALE_PREFETCH, EPI_EARLY=EPILOGUE_LOADS_EARLY,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
 # RESCALE's block scales loaded one K group ahead (PREFETCH_S in _gemm_tile); a module switch
 # for A/B runs (bitwise the same output either way)
 SCALE_PREFETCH = True
+# the tiled kernel's epilogue scales and routing weights loaded before its K loop (EPI_EARLY in
+# _gemm_tile; bitwise the same output). Off: not measured yet (session 19 had no device time
+# left; scripts/gpu_s20a.sh is the A/B). Why it might pay: qwen3's W8A8 GEMM2 tiles run 6 K
+# steps, so a load latency after the last dot is a visible share of a tile
+EPILOGUE_LOADS_EARLY = False
 
 
 _RESIDENT_MAX_CHUNKS = 4     # resident A chunks a program holds (the kernel names a0..a3)
