@@ -346,7 +346,7 @@ def test_decode_in_kernel_quant_equals_separate_quant(mode, dtype):
     x = (_x(T, H_, torch.float32) * 3).to(dtype)
     x[1, 7] = float("nan")
     tw, ids = _routing(T, E_, k)
-    cfg = dict(BLOCK_N=8, BLOCK_K=128, PREFETCH=True)          # 2 groups of 64 per K tile
+    cfg = dict(BLOCK_N=32, BLOCK_K=128, PREFETCH=True)         # 2 groups of 64 per K tile
     xq, xs = quantize_activation(x, scheme)
     h_sep = decode_gemm1(xq, w13, ids, "silu", quant=quant, a_scale=xs, b_scale=b1, block_shape=block,
                          config=cfg, out=torch.empty(T * k, I_, dtype=dtype, device=DEV))
