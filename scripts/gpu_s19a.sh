@@ -8,12 +8,7 @@ OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_gemm.py tests/test_gpu_layer.py \
   -k "prefetch or block or rescale" 2>&1 | tail -4 | tee "$OUT/s19a_tests.txt"
 b() {  # prefetch model quants tokens [extra]
-  timeout 150 python3 -c "
-import sys
-import fusedmoe.kernels.grouped_gemm as g
-g.SCALE_PREFETCH = bool(int(sys.argv[1]))
-from fusedmoe.cli.main import main
-raise SystemExit(main(sys.argv[2:]))" $1 bench --peers none --backend triton --no-progress \
+  timeout 150 python3 scripts/switch_bench.py fusedmoe.kernels.grouped_gemm.SCALE_PREFETCH $1 bench --peers none --backend triton --no-progress \
     --model $2 --quant $3 --tokens $4 ${5:-} 2>&1 | grep -E "triton|FAIL|rror" | sed "s/^/pf=$1 $2 /"
 }
 for pf in 0 1 0 1; do

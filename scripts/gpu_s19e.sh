@@ -10,12 +10,7 @@ OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_gemm.py -k "prefetch_same_bits" 2>&1 \
   | grep -E "Error|assert|passed|failed" | head -6 | tee "$OUT/s19e_tests.txt"
 b() {  # ahead tokens
-  timeout 80 python3 -c "
-import sys
-import fusedmoe.kernels.grouped_gemm as g
-g.RESCALE_AHEAD = bool(int(sys.argv[1]))
-from fusedmoe.cli.main import main
-raise SystemExit(main(sys.argv[2:]))" $1 bench --peers none --backend triton --no-progress \
+  timeout 80 python3 scripts/switch_bench.py fusedmoe.kernels.grouped_gemm.RESCALE_AHEAD $1 bench --peers none --backend triton --no-progress \
     --model deepseek-v3 --tp 8 --quant fp8_block --tokens $2 2>&1 | grep -E "triton|FAIL|rror" | sed "s/^/ahead=$1 /"
 }
 for ah in 1 0 1 0; do

@@ -10,12 +10,7 @@ OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_gemm.py -k "epilogue_loads_early" 2>&1 \
   | grep -E "Error|assert|passed|failed" | head -6 | tee "$OUT/s20a_tests.txt"
 b() {  # early model quants tokens
-  timeout 120 python3 -c "
-import sys
-import fusedmoe.kernels.grouped_gemm as g
-g.EPILOGUE_LOADS_EARLY = bool(int(sys.argv[1]))
-from fusedmoe.cli.main import main
-raise SystemExit(main(sys.argv[2:]))" $1 bench --peers none --backend triton --no-progress \
+  timeout 120 python3 scripts/switch_bench.py fusedmoe.kernels.grouped_gemm.EPILOGUE_LOADS_EARLY $1 bench --peers none --backend triton --no-progress \
     --model $2 --quant $3 --tokens $4 2>&1 | grep -E "triton|FAIL|rror" | sed "s/^/early=$1 $2 /"
 }
 for early in 0 1 0 1; do

@@ -468,6 +468,7 @@ def test_quant_gemm1_and_gemm2(case, variant):
     ref2 = gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=a2, b_scale=b2, block=block)
     assert _rel(out, ref2) < 1e-5
 
+
 @pytest.mark.parametrize("variant", ["rescale", "rescale-bn32", "rescale-split4"])
 def test_rescale_scale_prefetch_same_bits(variant, monkeypatch):
     # RESCALE with the block scales loaded one K group ahead (SCALE_PREFETCH, the default) and
