@@ -549,6 +549,19 @@ def test_epilogue_loads_early_same_bits(case, persistent, monkeypatch):
     assert _rel(outs[True][0], ref1) < 1e-5 and _rel(outs[True][1], ref2) < 1e-5
 
 
+def test_epilogue_loads_early_rule(monkeypatch):
+    # the default turns the early loads on for int8 A only (where the H100 A/B won)
+    assert gg.EPILOGUE_LOADS_EARLY == "int8"
+    assert gg.epilogue_loads_early(torch.int8)
+    for dt in (torch.float8_e4m3fn, torch.bfloat16, torch.float16, torch.float32):
+        assert not gg.epilogue_loads_early(dt)
+    monkeypatch.setattr(gg, "EPILOGUE_LOADS_EARLY", True)
+    assert gg.epilogue_loads_early(torch.bfloat16)
+    monkeypatch.setattr(gg, "EPILOGUE_LOADS_EARLY", "fp8")
+    with pytest.raises(ValueError, match="EPILOGUE_LOADS_EARLY"):
+        gg.epilogue_loads_early(torch.int8)
+
+
 RESIDENT_QUANT = [pytest.param(c, bn, id=f"{c[0]}-{str(c[1]).replace('torch.', '')}-bn{bn}")
                   for c in QUANT_CASES if c[1] != "w8a16" for bn in ((16, 32) if c[0] == "block" else (16,))]
 

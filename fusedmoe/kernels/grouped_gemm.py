@@ -866,7 +866,8 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
-        PREFETCH_S=rescale and SCALE_PREFETCH, EPI_EARLY=EPILOGUE_LOADS_EARLY,
+        PREFETCH_S=rescale and SCALE_PREFETCH,
+        EPI_EARLY=epilogue_loads_early(a_dt),
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
@@ -874,10 +875,18 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
 # for A/B runs (bitwise the same output either way)
 SCALE_PREFETCH = True
 # the tiled kernel's epilogue scales and routing weights loaded before its K loop (EPI_EARLY in
-# _gemm_tile; bitwise the same output). Off: not measured yet (session 19 had no device time
-# left; scripts/gpu_s20a.sh is the A/B). Why it might pay: qwen3's W8A8 GEMM2 tiles run 6 K
-# steps, so a load latency after the last dot is a visible share of a tile
-EPILOGUE_LOADS_EARLY = False
+# _gemm_tile; bitwise the same output either way). True / False: everywhere / nowhere; "int8"
+# (the default): where A is int8. H100 A/B, two alternating rounds (docs/BENCHMARKS.md twentieth
+# section, scripts/gpu_s20a.sh): qwen3 int8_channel T=4096 550.9 / 550.6 -> 546.9 / 547.3 us,
+# T=16384 1787 / 1805 -> 1768 / 1778; fp8_channel 0.3-1.5% slower, bf16 and Mixtral within noise
+EPILOGUE_LOADS_EARLY = "int8"
+
+
+def epilogue_loads_early(a_dtype: torch.dtype) -> bool:
+    """Whether the tiled kernel with A of ``a_dtype`` loads its epilogue operands early."""
+    if EPILOGUE_LOADS_EARLY not in (True, False, "int8"):
+        raise ValueError(f"EPILOGUE_LOADS_EARLY must be True, False or 'int8', got {EPILOGUE_LOADS_EARLY!r}")
+    return EPILOGUE_LOADS_EARLY is True or (EPILOGUE_LOADS_EARLY == "int8" and a_dtype == torch.int8)
 
 
 _RESIDENT_MAX_CHUNKS = 4     # resident A chunks a program holds (the kernel names a0..a3)
