@@ -13,7 +13,10 @@ its wait. This probe measures, on one dense C = sum_g (A_g B_g^T) sa[m, g] sb[n 
   gl_async   the group's dot into a fresh accumulator, asynchronous; while it runs the previous
              group's product is scaled into the running sum ("promotion" one group late, as
              DeepGEMM does); then wait.
-  gl_sync    the same with a synchronous dot (the promotion after it, tensor cores idle).
+  gl_async2  (HUNG on the H100 in session 20: not run by default, --variants gl_async2 at your
+             own risk, under a timeout) one dot always in flight: group k's dot is issued, then group k - 1's is waited for
+             (num_outstanding=1) and promoted while k runs; two fresh accumulators alternate.
+  gl_sync    the same as gl_async with a synchronous dot (the promotion after it, tensor cores idle).
   gl_plain   no scales: acc += A_g B_g^T asynchronously, one dot in flight (the upper bound).
   tl_group   triton: acc += tl.dot(a, b) * scales (the classic form), TMA descriptors.
   tl_plain   triton without scales.
@@ -45,7 +48,7 @@ GROUP = 128
 def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, stride_sbn,
                MODE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                STAGES: gl.constexpr, num_warps: gl.constexpr):
-    """MODE 0 gl_async, 1 gl_sync, 2 gl_plain. Grid (M / BM, N / BN); K a multiple of BK."""
+    """MODE 0 gl_async, 1 gl_sync, 2 gl_plain, 3 gl_async2. Grid (M / BM, N / BN); K a multiple of BK."""
     off_m = gl.program_id(0) * BM
     off_n = gl.program_id(1) * BN
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -67,7 +70,13 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
     zero = gl.zeros([BM, BN], gl.float32, acc_l)
     prev = gl.zeros([BM, BN], gl.float32, acc_l)
     s_prev = gl.zeros([BM], gl.float32, gl.SliceLayout(1, acc_l))
-    for k in range(k_tiles):
+    k0 = 0
+    if MODE == 3:         # step 0 issued before the loop: the loop retires the step before its own
+        mbarrier.wait(bars.index(0), 0)
+        tok = warpgroup_mma(a_s.index(0), b_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+        s_prev = gl.load(sa_ptr + rows * stride_sam) * gl.load(sb_ptr + (off_n // 128) * stride_sbn)
+        k0 = 1
+    for k in range(k0, k_tiles):
         s = k % STAGES
         mbarrier.wait(bars.index(s), (k // STAGES) & 1)
         a_k = a_s.index(s)
@@ -78,7 +87,13 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
         else:
             sa = gl.load(sa_ptr + rows * stride_sam + k)            # [BM], this group's row scales
             sb = gl.load(sb_ptr + (off_n // 128) * stride_sbn + k)   # one weight block a tile (BN <= 128)
-            if MODE == 0:
+            if MODE == 3:
+                tok_new = warpgroup_mma(a_k, b_k, zero, use_acc=False, is_async=True)
+                prev = warpgroup_mma_wait(num_outstanding=1, deps=[tok])    # step k - 1 retired
+                acc = acc + prev * s_prev[:, None]                          # while step k runs
+                s_prev = sa * sb
+                tok = tok_new
+            elif MODE == 0:
                 tok = warpgroup_mma(a_k, b_k, zero, use_acc=False, is_async=True)
                 acc = acc + prev * s_prev[:, None]                  # the previous group, while this one runs
                 prev = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
@@ -92,7 +107,9 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
         mbarrier.expect(bars.index(ns), nbytes, pred=nxt < k_tiles)
         tma.async_copy_global_to_shared(a_desc, [off_m, nxt * BK], bars.index(ns), a_s.index(ns), pred=nxt < k_tiles)
         tma.async_copy_global_to_shared(b_desc, [off_n, nxt * BK], bars.index(ns), b_s.index(ns), pred=nxt < k_tiles)
-    if MODE == 0:
+    if MODE == 3:
+        prev = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
+    if MODE == 0 or MODE == 3:
         acc = acc + prev * s_prev[:, None]
     if MODE == 2:
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
@@ -121,7 +138,7 @@ def _tl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
     tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(tl.bfloat16))
 
 
-VARIANTS = {"gl_async": 0, "gl_sync": 1, "gl_plain": 2, "tl_group": True, "tl_plain": False}
+VARIANTS = {"gl_async": 0, "gl_async2": 3, "gl_sync": 1, "gl_plain": 2, "tl_group": True, "tl_plain": False}
 
 
 def launch(name, a, b, sa, sb, c, BM=128, BN=128, BK=128, stages=4, warps=8):
@@ -171,7 +188,7 @@ def time_us(fn, reps=50):
     return sorted(times)[len(times) // 2]
 
 
-def gpu(shapes):
+def gpu(shapes, variants):
     torch.manual_seed(0)
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
     for M, N, K in shapes:
@@ -181,8 +198,9 @@ def gpu(shapes):
         sb = torch.rand(N // GROUP, K // GROUP, device="cuda") + 0.5
         refs = {True: reference(a, b, sa, sb, True), False: reference(a, b, sa, sb, False)}
         flop = 2 * M * N * K
-        for name, cfgs in (("gl_async", [dict(stages=3), dict(stages=4)]), ("gl_sync", [dict(stages=4)]),
-                           ("gl_plain", [dict(stages=4)]), ("tl_group", [dict(stages=4)]), ("tl_plain", [dict(stages=4)])):
+        tiles = [dict(BM=128, warps=8, stages=4), dict(BM=128, warps=8, stages=3),
+                 dict(BM=64, warps=4, stages=4), dict(BM=64, warps=4, stages=3)]
+        for name, cfgs in ((n, tiles) for n in variants):
             for cfg in cfgs:
                 c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
                 tag = f"M={M} N={N} K={K} {name:9s} {cfg}"
@@ -240,6 +258,8 @@ def compile_only():
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--compile", action="store_true", help="sm_90a compile only (no GPU needed)")
+    p.add_argument("--variants", default="gl_async,gl_sync,gl_plain,tl_group,tl_plain",
+                   help="comma list of " + ", ".join(VARIANTS))
     args = p.parse_args()
     if args.compile:
         os.environ.pop("TRITON_INTERPRET", None)
@@ -247,4 +267,8 @@ if __name__ == "__main__":
     elif not torch.cuda.is_available():
         sys.exit("no CUDA device: use --compile")
     else:
-        gpu([(8192, 2048, 7168), (16384, 512, 7168)])
+        names = [v for v in args.variants.split(",") if v]
+        bad = [v for v in names if v not in VARIANTS]
+        if bad:
+            sys.exit(f"--variants: unknown {bad}; known: {', '.join(VARIANTS)}")
+        gpu([(8192, 2048, 7168), (16384, 512, 7168)], names)
