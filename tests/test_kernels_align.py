@@ -208,3 +208,48 @@ def test_scan_programs_default_and_bad():
     assert al._scan_launch(1 << 20, 16, 8, 1 << 18, None, False)[0] == al.SCAN_MAX_PROGRAMS
     with pytest.raises(ValueError):
         al.align_block_size(_ids(100, 2, 5, seed=0), 16, 5, small_max=16, chunk=32, scan_programs=0)
+
+
+def _block_order_ref(expert_ids: torch.Tensor, E: int) -> torch.Tensor:
+    """The blocks sorted by (index inside the expert's run, expert); the tail (-1) in place."""
+    eids = expert_ids.cpu().tolist()
+    first, seen = {}, {}
+    keys = []
+    for b, e in enumerate(eids):
+        if 0 <= e < E:
+            first.setdefault(e, b)
+            keys.append(((b - first[e], e), b))
+            seen[e] = seen.get(e, 0) + 1
+    order = [b for _, b in sorted(keys)] + list(range(len(keys), len(eids)))
+    return torch.tensor(order, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("case", ["uniform", "skewed", "empty_experts", "map", "e600"])
+def test_block_order_is_the_token_ordered_permutation(case):
+    # align.block_order (the A-resident GEMM2's TOKEN_ORDER): a permutation of the blocks,
+    # the real ones by (index in the run, expert), the tail in place; random routing, one
+    # expert with most of the pairs (long runs: many levels), experts with no pairs, an expert
+    # map that drops pairs (its tail is long), E_BINS 1024
+    E_g, E_, k, T, bm, emap = 40, 40, 4, 300, 16, None
+    if case == "e600":
+        E_g, E_, T, k = 600, 600, 200, 8
+    ids = _ids(T, k, E_g, seed=7, empty=(3, 4, 5) if case == "empty_experts" else ())
+    if case == "skewed":
+        ids[: T * 3 // 4, :2] = 7
+        ids[: T * 3 // 4, 2:] = torch.arange(2, k, dtype=torch.int32, device=ids.device) + 10
+    if case == "map":
+        E_ = 16
+        emap = torch.full((E_g,), -1, dtype=torch.int32)
+        emap[torch.randperm(E_g, generator=torch.Generator().manual_seed(1))[:E_]] = torch.arange(E_, dtype=torch.int32)
+        emap = emap.to(DEV)
+    res = al.align_block_size(ids, bm, E_, emap)
+    order = torch.full((res.max_blocks,), POISON, dtype=torch.int32, device=DEV)
+    al.block_order(res, out=order)
+    want = _block_order_ref(res.expert_ids, E_)
+    assert torch.equal(order.cpu(), want)
+    assert torch.equal(order.cpu().sort().values, torch.arange(res.max_blocks, dtype=torch.int32))
+    # the first level: the first block of every expert's run, experts ascending
+    eids = res.expert_ids.cpu().tolist()
+    firsts = [b for b, e in enumerate(eids) if e >= 0 and (b == 0 or eids[b - 1] != e)]
+    assert order.cpu().tolist()[:len(firsts)] == firsts
+    assert len(firsts) < int((res.expert_ids >= 0).sum())        # runs of several blocks: levels > 0
