@@ -232,7 +232,7 @@ def test_block_order_is_the_token_ordered_permutation(case):
     # map that drops pairs (its tail is long), E_BINS 1024
     E_g, E_, k, T, bm, emap = 40, 40, 4, 300, 16, None
     if case == "e600":
-        E_g, E_, T, k = 600, 600, 200, 8
+        E_g, E_, T, k, bm = 600, 600, 200, 8, 2
     ids = _ids(T, k, E_g, seed=7, empty=(3, 4, 5) if case == "empty_experts" else ())
     if case == "skewed":
         ids[: T * 3 // 4, :2] = 7
