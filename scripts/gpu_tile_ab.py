@@ -449,6 +449,22 @@ ROUNDS["s20pp"] = [   # session 20 (H100): session 11's two-CTAs-an-SM GEMM1 til
 ]
 
 
+ROUNDS["s20tok"] = [   # session 20 (H100): deepseek-v3 tp8 T=16384's GEMM2 is its largest kernel (fp8_block
+    # 1313 us: 1.88 GB of bf16 atomic adds into the 235 MB output). TOKEN_ORDER takes its m-blocks in
+    # token order (align.block_order), so the blocks in flight add into ~1/4.5 of the tokens: with the
+    # 1024-column bands a ~7.5 MB window of the output (34 MB in expert order); without bands ~52 MB,
+    # and h read once instead of once a band
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g2 token+band", "gemm2", dict(TOKEN_ORDER=True)),
+        ("g2 token m-major", "gemm2", dict(TOKEN_ORDER=True, BAND_MAJOR=False)),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g2 token+band", "gemm2", dict(TOKEN_ORDER=True)),
+        ("g2 token m-major", "gemm2", dict(TOKEN_ORDER=True, BAND_MAJOR=False)),
+    ]),
+]
+
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
