@@ -103,10 +103,8 @@ def grouped_cases() -> list:
     """Prefill GEMMs (kernels/grouped_gemm.py) at qwen3-30b-a3b's T=16384 tiles: bf16, and
     the W8A8 per-token path (fp8 and int8, per-row A scales), one tile per program and
     persistent + flattened: the launch specs ``_launch`` builds, captured, not launched."""
-    from fusedmoe.kernels import align as al
     from fusedmoe.kernels import grouped_gemm as gg
     captured, real = _capture(gg)
-    al_real, al.launch = al.launch, lambda *args, **kw: None   # TOKEN_ORDER's block_order: its own case below
     try:
         bf, fp8, i8 = torch.bfloat16, torch.float8_e4m3fn, torch.int8
         E, H, I, k, T = 128, 2048, 768, 8, 4096
@@ -193,19 +191,13 @@ def grouped_cases() -> list:
                  dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=8, num_stages=4,
                       A_RESIDENT=112, USE_TMA=True)),
                 ("bf16 band", bf, {}, dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, num_warps=8, num_stages=3,
-                                           A_RESIDENT=16, USE_TMA=True, BAND_MAJOR=True)),
-                ("fp8 block band token-order", fp8, dict(quant="block", block_shape=(128, 128),
-                                                         a_scale=torch.empty(n, Id // 128),
-                                                         b_scale=torch.empty(Ed, Hd // 128, Id // 128)),
-                 dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, num_warps=8, num_stages=3,
-                      A_RESIDENT=8, USE_TMA=True, BAND_MAJOR=True, TOKEN_ORDER=True))):
+                                           A_RESIDENT=16, USE_TMA=True, BAND_MAJOR=True))):
             captured.clear()
             gg.gemm2(torch.empty(n, Id, dtype=dt), torch.empty(Ed, Hd, Id, dtype=dt), align, torch.empty(T, k),
                      torch.empty(T, Hd, dtype=bf), config=cfg, reduce="atomic_out", **q)
             out.append((f"atomic_out gemm2 {name}" + (" resident" if cfg.get("A_RESIDENT") else ""), captured[0]))
     finally:
         gg.launch = real
-        al.launch = al_real
     return out
 
 
@@ -458,10 +450,6 @@ def main() -> int:
     from fusedmoe.kernels import align as al
     n, eb = 40000, 256
     cases += [
-        # the blocks in token order (align.block_order) at deepseek-v3 tp8 T=16384 (E 256, BM 128)
-        ("align block order E=256", (al._block_order_kernel, (40,), (torch.empty(1279, dtype=torch.int32),
-                                     torch.empty(1279, dtype=torch.int32), 1279, 256),
-                                     dict(E_BINS=512, HB=2048, FB=32), 4, None, False)),
         ("align count pdl", (al._align_count_kernel, (79,), (torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32),
                              torch.empty(79, eb, dtype=torch.int32), n, 256, 128),
                              dict(HAS_MAP=False, E_BINS=eb, CHUNK_=512, PDL=True), 4, None, False)),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 20 (H100): GEMM2's m-blocks in token order (config TOKEN_ORDER, align.block_order): its
 # tests on the GPU, then gpu_tile_ab.py s20tok at deepseek-v3 tp8 T=16384 (fp8_block, bf16).
+# It LOST (docs/BENCHMARKS.md, twentieth section) and was reverted: run it at commit 19294d8.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

@@ -449,7 +449,8 @@ ROUNDS["s20pp"] = [   # session 20 (H100): session 11's two-CTAs-an-SM GEMM1 til
 ]
 
 
-ROUNDS["s20tok"] = [   # session 20 (H100): deepseek-v3 tp8 T=16384's GEMM2 is its largest kernel (fp8_block
+ROUNDS["s20tok"] = [   # session 20 (H100), LOST and reverted: TOKEN_ORDER exists only in commit 19294d8 (at HEAD the
+    # key is ignored). deepseek-v3 tp8 T=16384's GEMM2 is its largest kernel (fp8_block
     # 1313 us: 1.88 GB of bf16 atomic adds into the 235 MB output). TOKEN_ORDER takes its m-blocks in
     # token order (align.block_order), so the blocks in flight add into ~1/4.5 of the tokens: with the
     # 1024-column bands a ~7.5 MB window of the output (34 MB in expert order); without bands ~52 MB,

@@ -453,9 +453,6 @@ def test_triton_reduce_rule():
     band = dict(A_RESIDENT=16, BAND_MAJOR=True)
     assert reduce_rule(ds, h100, 16384, band) == "atomic_out"
     assert reduce_rule(ds, h100, 16384, dict(band, A_RESIDENT=0)) == "deterministic"
-    # or in token order (TOKEN_ORDER: the blocks in flight add into a fraction of the tokens)
-    assert reduce_rule(ds, h100, 16384, dict(A_RESIDENT=16, TOKEN_ORDER=True)) == "atomic_out"
-    assert reduce_rule(ds, h100, 16384, dict(A_RESIDENT=16, TOKEN_ORDER=False)) == "deterministic"
     assert reduce_rule(ds, cpu, 16384, band) == "deterministic"
     for scheme in ("none", "fp8_block"):
         line = _variants(ds, QuantScheme.parse(scheme), h100)["T=16384"]

@@ -353,15 +353,6 @@ def test_gemm2_a_resident(dtype, I_, n_tiles, tma, max_kc, monkeypatch):
     assert torch.equal(gemm2(h, w2, res, tw, bias=b2, config=band), out)
     at = gemm2(h, w2, res, tw, torch.full_like(out, float("nan")), bias=b2, config=band, reduce="atomic_out")
     assert _rel(at, full) < (1e-5 if dtype == torch.float32 else 2 * TOL[dtype])
-    # TOKEN_ORDER: the m-blocks in align.block_order's order (BM 16 under the alignment's 32:
-    # two sub-blocks a block), alone and with the bands: the same tiles again
-    for extra in (dict(TOKEN_ORDER=True), dict(TOKEN_ORDER=True, BAND_MAJOR=True)):
-        tok = dict(cfg2, **extra)
-        assert torch.equal(gemm2(h, w2, res, tw, bias=b2, config=tok), out), extra
-        at = gemm2(h, w2, res, tw, torch.full_like(out, float("nan")), bias=b2, config=tok, reduce="atomic_out")
-        assert _rel(at, full) < (1e-5 if dtype == torch.float32 else 2 * TOL[dtype]), extra
-    with pytest.raises(ValueError, match="TOKEN_ORDER"):            # the tiled kernel has no such order
-        gemm2(h, w2, res, tw, config=dict(SMALL, TOKEN_ORDER=True))
     with pytest.raises(ValueError, match="A_RESIDENT"):
         gemm2(h, w2, res, tw, config=dict(cfg2, SPLIT_K=2))
     monkeypatch.setattr(gg, "_RESIDENT_MAX_KC", 8)        # K in 5 or 6 chunks: more than 4

@@ -156,10 +156,8 @@ FUSED_ZERO = True
 def reduce_rule(config: MoEConfig, platform, T: int, gemm2_config: dict | None = None) -> str:
     """The grouped GEMM2's k-sum for T tokens when determinism was not asked for and
     FUSEDMOE_REDUCE is unset: 'atomic_out' or 'deterministic' (see ATOMIC_OUT_MAX_Y).
-    ``gemm2_config``: GEMM2's launch config at T (BAND_MAJOR or TOKEN_ORDER, which narrow the
-    part of the output being added to at once, lift the y bound)."""
-    banded = bool(gemm2_config and gemm2_config.get("A_RESIDENT")
-                  and (gemm2_config.get("BAND_MAJOR") or gemm2_config.get("TOKEN_ORDER")))
+    ``gemm2_config``: GEMM2's launch config at T (BAND_MAJOR lifts the y bound)."""
+    banded = bool(gemm2_config and gemm2_config.get("A_RESIDENT") and gemm2_config.get("BAND_MAJOR"))
     if (platform.kind == "cuda" and config.torch_dtype in (torch.bfloat16, torch.float16)
             and T * config.top_k >= ATOMIC_OUT_MIN_M * config.num_local_experts
             and (banded or T * config.top_k * config.hidden_size <= ATOMIC_OUT_MAX_Y)):
@@ -605,8 +603,7 @@ def _check(config: MoEConfig, quant, platform):
 def _extras(c: dict) -> str:
     """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]', ' rescale',
     ' A-resident xN' (GEMM2 keeping its rows of h over N column tiles), ' column-band-major'
-    (its programs walking every m-block of a band of columns before the next band), ' token-order'
-    (its m-blocks in token order)."""
+    (its programs walking every m-block of a band of columns before the next band)."""
     out = " tma" if c.get("USE_TMA") else ""
     if c.get("A_RESIDENT"):
         out += f" A-resident x{c['A_RESIDENT']}"
@@ -616,8 +613,6 @@ def _extras(c: dict) -> str:
         out += " rescale"
     if c.get("BAND_MAJOR"):
         out += " column-band-major"
-    if c.get("TOKEN_ORDER"):
-        out += " token-order"
     return out
 
 

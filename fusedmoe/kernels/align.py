@@ -44,7 +44,7 @@ import triton.language as tl
 from .launcher import cdiv, launch, next_power_of_2
 from .quantize import gdc_launch_dependents, gdc_wait
 
-__all__ = ["AlignResult", "align_block_size", "block_order", "max_padded_size", "SMALL_MAX", "CHUNK"]
+__all__ = ["AlignResult", "align_block_size", "max_padded_size", "SMALL_MAX", "CHUNK"]
 
 # One program handles n <= SMALL_MAX pairs; above, 3 launches over n/chunk programs.
 # H200 (CUDA graph, E=128): n=128 one program 4.3 us; n=1024 one program 10.8 us vs
@@ -255,56 +255,6 @@ def _align_scatter_kernel(ids_ptr, map_ptr, base_ptr, sorted_ids_ptr, n, num_glo
     keep = se < E
     base = tl.load(base_ptr + c * E_BINS + se, mask=keep, other=0)
     tl.store(sorted_ids_ptr + base + i, c * CHUNK_ + keys % CHUNK_, mask=keep)
-
-
-@triton.jit
-def _block_order_kernel(expert_ids_ptr, order_ptr, max_blocks, E,
-                        E_BINS: tl.constexpr, HB: tl.constexpr, FB: tl.constexpr):
-    """Grid (cdiv(max_blocks, FB),). order[pos] = b for the FB blocks b of this program, pos =
-    the rank of b by (i, e): i its index inside its expert's run, e its expert. Inside a run
-    the slots ascend, so tokens do: the i-th blocks of all experts cover about the same tokens.
-    Real blocks are the prefix [0, R) of expert_ids (-1 after), so pos < R; a tail block keeps
-    its place. Every program first counts each expert's blocks itself (max_blocks loads)."""
-    pid = tl.program_id(0)
-    bins = tl.arange(0, E_BINS)
-    nb = tl.zeros([E_BINS], dtype=tl.int32)
-    for b0 in range(0, max_blocks, HB):
-        bb = b0 + tl.arange(0, HB)
-        e = tl.load(expert_ids_ptr + bb, mask=bb < max_blocks, other=-1)
-        nb += tl.histogram(tl.where((e >= 0) & (e < E), e, E), E_BINS)      # bin E: tail / absent
-    nb = tl.where(bins < E, nb, 0)
-    first = tl.cumsum(nb, 0) - nb                                           # first block of each run
-    b = pid * FB + tl.arange(0, FB)
-    in_range = b < max_blocks
-    e = tl.load(expert_ids_ptr + b, mask=in_range, other=-1)
-    real = in_range & (e >= 0) & (e < E)
-    ec = tl.where(real, e, 0)
-    i = b - tl.gather(first, ec, 0)                                         # [FB] index in the run
-    level = tl.sum(tl.minimum(nb[None, :], i[:, None]), 1)                  # blocks at levels < i
-    rank = tl.sum(((bins[None, :] < ec[:, None]) & (nb[None, :] > i[:, None])).to(tl.int32), 1)
-    pos = tl.where(real, level + rank, b)
-    tl.store(order_ptr + pos, b, mask=in_range)
-
-
-def block_order(align: "AlignResult", out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """int32 [max_padded / block_m]: the aligned blocks in token order, a permutation. Position
-    p holds a block; the real blocks come first, each expert's i-th block of its run before any
-    (i + 1)-th block, experts ascending inside a level; the tail's blocks (expert -1) after, in
-    place. Why: the k-sum of GEMM2 adds every block's rows into the output. In expert order the
-    blocks in flight at once cover all tokens; in this order they cover about 1 / (blocks an
-    expert) of them, so the part of the output being added to is smaller (config TOKEN_ORDER of
-    the A-resident GEMM2). One launch, no host sync, from ``align.expert_ids`` alone."""
-    eids = align.expert_ids
-    nb = eids.numel()
-    if out is None:
-        out = torch.empty(nb, dtype=torch.int32, device=eids.device)
-    if nb == 0:
-        return out
-    e_bins, _ = _bins(align.num_experts)
-    fb = 32 if e_bins > 256 else 64                        # [FB, E_BINS] per program: <= 16K lanes
-    launch(_block_order_kernel, (cdiv(nb, fb),), (eids, out, nb, align.num_experts),
-           dict(E_BINS=e_bins, HB=min(2048, max(16, next_power_of_2(nb))), FB=fb), num_warps=4)
-    return out
 
 
 # ----------------------------------------------------------------------------------------

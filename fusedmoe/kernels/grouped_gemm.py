@@ -42,7 +42,7 @@ the multiply each dot waits on had waited on them (H100 deepseek-v3 tp8 fp8_bloc
 1005 -> 986 us; docs/BENCHMARKS.md, nineteenth section).
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, TOKEN_ORDER, BAND_N, MASK_A]). BLOCK_SIZE_M must divide the
+num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N, MASK_A]). BLOCK_SIZE_M must divide the
 AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
 through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
 weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
@@ -54,8 +54,6 @@ column tiles), see ``_moe_gemm2_resident_kernel``. BAND_MAJOR (with A_RESIDENT):
 take every m-block of a band of n column tiles before the next band, so that with an atomic
 k-sum the band of the output being added to stays in L2 (H100 deepseek-v3 tp8 T=16384, bands
 of 1024 columns: bf16 3956 -> 3626 us with 'atomic_out', where m-major atomics lost).
-TOKEN_ORDER (with A_RESIDENT): the m-blocks in token order (``align.block_order``: each expert's
-i-th block of its run together), so the blocks in flight add into fewer output rows at once.
 BAND_N = b (the tiled kernel, one tile a program or persistent): the same order for its tiles,
 bands of b column tiles (H100, scripts/gpu_tile_ab.py s15band: no gain on qwen3 / Mixtral at
 T=16384, e.g. qwen3 fp8_channel 1713 -> 1806-1810 us; shipped nowhere). MASK_A (the tiled
@@ -92,7 +90,7 @@ try:  # host-side TMA descriptors: triton >= 3.4 (3.6 and 3.9 both have them)
 except ImportError:  # pragma: no cover
     TensorDescriptor = None
 
-from .align import AlignResult, align_block_size, block_order
+from .align import AlignResult, align_block_size
 from .launcher import cdiv, launch, next_power_of_2
 from .quantize import (_abs_bits, _bitwise_fp8, _q_arg, _quantize, _scale_from_amax_bits, gdc_launch_dependents,
                        gdc_wait)
@@ -615,7 +613,7 @@ def _res_step(acc, a, sa, b_ptr, b_desc, b_scale_ptr, e, pid_n, offs_bn, K, N_OU
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks"])
 def _moe_gemm2_resident_kernel(
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, expert_ids_ptr,
-    ntpp_ptr, order_ptr,
+    ntpp_ptr,
     N_OUT, K, num_pairs, num_m_blocks,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
     stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
@@ -624,7 +622,7 @@ def _moe_gemm2_resident_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, SB_SCALAR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KC: tl.constexpr, NKC: tl.constexpr,
     N_TILES: tl.constexpr, PDL: tl.constexpr, ATOMIC: tl.constexpr = False, C_DIV: tl.constexpr = 1,
-    BAND_MAJOR: tl.constexpr = False, TOKEN_ORDER: tl.constexpr = False,
+    BAND_MAJOR: tl.constexpr = False,
 ):
     """GEMM2 with A resident (config A_RESIDENT = N_TILES): program (m-block, group g) loads
     its BM rows of h once, all of K, as NKC <= 4 chunks of KC columns (a power of two <= 256,
@@ -649,9 +647,6 @@ def _moe_gemm2_resident_kernel(
     else:
         pid_m = pid // groups
         g = pid % groups
-    if TOKEN_ORDER:     # the m-blocks in token order (align.block_order; per ALIGN_BM block)
-        SUB: tl.constexpr = ALIGN_BM // BLOCK_M
-        pid_m = tl.load(order_ptr + pid_m // SUB) * SUB + pid_m % SUB
     if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
         return
     e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
@@ -832,9 +827,6 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     assert persistent >= 0, "PERSISTENT is a number of programs per SM (0: one program per tile)"
     band_n = config.get("BAND_N", 0)
     assert isinstance(band_n, int) and band_n >= 0, "BAND_N is a number of column tiles per band (0: no bands)"
-    if config.get("TOKEN_ORDER"):
-        raise ValueError("config TOKEN_ORDER orders the A-resident GEMM2's m-blocks (it needs A_RESIDENT); "
-                         "drop it from this config")
     if persistent:   # PERSISTENT programs per SM in all, spread over the splits
         grid = (min(cdiv(persistent * _num_sms(a.device), split), tiles), split)
     else:
@@ -962,14 +954,12 @@ def _launch_resident(a, b, c, align, *, n_out, config, bias, topk_weights, quant
     s_be, s_bn, s_bk = b.stride()[:3]
     s_cm, s_cn = c.stride()[:2]
     s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
-    token_order = bool(config.get("TOKEN_ORDER", False))
-    order = block_order(align) if token_order else None
     launch(_moe_gemm2_resident_kernel, (num_m_blocks * groups,), (
         a, b, b_desc, c, bias if bias is not None else a, sa, sb, topk_weights if topk_weights is not None else a,
-        align.sorted_ids, align.expert_ids, align.num_tokens_post_padded, order if token_order else align.expert_ids,
+        align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
         n_out, K, align.num_pairs, num_m_blocks,
         s_am, s_ak, s_be, s_bn, s_bk, s_cm, s_cn, s_bias_e, s_bias_n, sam, sak, sbe, sbn, sbk,
-    ), dict(TOKEN_ORDER=token_order,ALIGN_BM=align.block_m, HAS_BIAS=bias is not None, MUL_W=topk_weights is not None,
+    ), dict(ALIGN_BM=align.block_m, HAS_BIAS=bias is not None, MUL_W=topk_weights is not None,
             USE_TMA=b_desc is not None, FP32_IEEE=a.dtype == torch.float32,
             INT_ACC=a.dtype == torch.int8, A_SCALE=a_mode, B_SCALE=b_mode, GROUP_N=gn,
             SB_SCALAR=b_mode == 3 and gn % BN == 0 and n_out % gn == 0,
