@@ -28,6 +28,8 @@ import argparse
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # fusedmoe, uninstalled
+
 import torch
 import triton
 import triton.language as tl
@@ -169,26 +171,8 @@ def reference(a, b, sa, sb, scaled):
     return out
 
 
-def time_us(fn, reps=50):
-    for _ in range(3):
-        fn()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        st.record()
-        g.replay()
-        en.record()
-        torch.cuda.synchronize()
-        times.append(st.elapsed_time(en) * 1000 / reps)
-    return sorted(times)[len(times) // 2]
-
-
 def gpu(shapes, variants):
+    from fusedmoe.bench.harness import time_graph
     torch.manual_seed(0)
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
     for M, N, K in shapes:
@@ -212,7 +196,8 @@ def gpu(shapes, variants):
                     if not err < 1e-2:
                         print(f"{tag}: WRONG rel err {err:.3g}", flush=True)
                         continue
-                    us = time_us(lambda: launch(name, a, b, sa, sb, c, **cfg))
+                    # 50 launches in one CUDA graph, median of the replays (the bench's kernel-A/B timer)
+                    us = time_graph([lambda: launch(name, a, b, sa, sb, c, **cfg)] * 50)
                     print(f"{tag}: {us:8.1f} us {flop / us / 1e6:7.1f} TFLOP/s  rel err {err:.2e}", flush=True)
                 except Exception as e:          # a probe: report and go on
                     print(f"{tag}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
