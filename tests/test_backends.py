@@ -382,15 +382,16 @@ def test_triton_reduce_modes(mk, monkeypatch, scheme):
 
 @pytest.mark.parametrize("scheme", ["none", "fp8_tensor", "fp8_tensor:static", "fp8_channel", "fp8_block",
                                     "int8_channel"])
-@pytest.mark.parametrize("fused", [True, False])
-def test_triton_atomic_out_zeroes_a_dirty_output(mk, monkeypatch, scheme, fused):
+@pytest.mark.parametrize("zero", ["gemm1", "early", "gemm2"])
+def test_triton_atomic_out_zeroes_a_dirty_output(mk, monkeypatch, scheme, zero):
     # the atomic k-sum adds into the output, so something must zero it first: with FUSED_ZERO
-    # the quantization of x (W8A8) or a fill ahead of the alignment (16-bit), else GEMM2 itself.
-    # The output buffer here is full of NaN and large values before the call (a reused
-    # workspace, or the caller's rows): any row left unzeroed shows.
+    # GEMM1 on the side (ZERO_IN_GEMM1), or the quantization of x (W8A8) / a fill ahead of the
+    # alignment (16-bit), else GEMM2 itself. The output buffer here is full of NaN and large
+    # values before the call (a reused workspace, or the caller's rows): any row left unzeroed shows.
     import fusedmoe.backends.triton as tb
     monkeypatch.setenv("FUSEDMOE_REDUCE", "atomic_out")
-    monkeypatch.setattr(tb, "FUSED_ZERO", fused)
+    monkeypatch.setattr(tb, "FUSED_ZERO", zero != "gemm2")
+    monkeypatch.setattr(tb, "ZERO_IN_GEMM1", zero == "gemm1")
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
     cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")

@@ -87,6 +87,39 @@ def test_gemm1_persistent_is_bitwise_the_tile_launch(dtype):
         assert torch.equal(h, base), (p, fl)
 
 
+@pytest.mark.parametrize("persistent,after", [(0, False), (1, False), (1, True), (2, True)])
+@pytest.mark.parametrize("numel", [1, 5000, 3 * 2048 * 40 + 7])
+def test_gemm1_zeroes_on_the_side(monkeypatch, persistent, after, numel):
+    # gemm1_act(zero=z): the same launch stores zeros over all of z (GEMM2's atomic output), a
+    # share a tile, before or after it, and h is bitwise what it is without. numel: smaller
+    # than one share, several shares, more than ZB elements a tile (the share loop runs).
+    monkeypatch.setattr(gg, "ZERO_AFTER_TILE", after)
+    x = _rand(T, H, seed=11, dtype=torch.float16)
+    w13 = _rand(E, 2 * I, H, seed=12, dtype=torch.float16, scale=H ** -0.5)
+    _, ids = _routing()
+    res = align_block_size(ids, CFG["BLOCK_SIZE_M"], E)
+    cfg = dict(CFG, PERSISTENT=persistent)
+    base = gg.gemm1_act(x, w13, res, K_TOP, "silu", config=cfg)
+    z = torch.full((numel,), float("nan"), dtype=torch.float16, device=DEV)
+    z[::3] = 1e4
+    h = gg.gemm1_act(x, w13, res, K_TOP, "silu", config=cfg, zero=z)
+    assert torch.equal(h, base)
+    assert torch.equal(z, torch.zeros_like(z))
+
+
+@pytest.mark.parametrize("persistent", [0, 1])
+def test_gemm1_zeroes_with_no_local_pairs(persistent):
+    # every slot goes to a non-local expert: no tile exists on the device, z is zeroed all the same
+    emap = torch.tensor([-1] * E + [0, 1], dtype=torch.int32, device=DEV)
+    ids = torch.randint(0, E, (T, K_TOP), generator=_gen(13)).int().to(DEV)
+    x = _rand(T, H, seed=14, dtype=torch.float16)
+    w13 = _rand(2, 2 * I, H, seed=15, dtype=torch.float16)
+    res = align_block_size(ids, CFG["BLOCK_SIZE_M"], 2, emap)
+    z = torch.full((T, H), float("nan"), dtype=torch.float16, device=DEV)
+    gg.gemm1_act(x, w13, res, K_TOP, "silu", config=dict(CFG, PERSISTENT=persistent), zero=z)
+    assert torch.equal(z, torch.zeros_like(z))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("split", [1, 2])
 def test_gemm2_persistent_is_bitwise_the_tile_launch(dtype, split):

@@ -151,6 +151,11 @@ ATOMIC_OUT_MAX_Y = 1 << 29
 # its own), or by a fill ahead of the alignment for 16-bit x. GEMM2 then stays a dependent
 # launch of GEMM1 in the PDL chain. False: GEMM2 zeroes the output itself (the A/B's old side).
 FUSED_ZERO = True
+# With FUSED_ZERO: GEMM1 zeroes the output on the side, a share a tile (grouped_gemm.py
+# ``gemm1_act(zero=)``), instead of the quantization of x or a fill before the alignment.
+# Those move [T, H] of zeros at copy bandwidth ahead of the GEMMs (deepseek-v3 tp8 T=16384:
+# 235 MB, ~75 us); under GEMM1's K loops the stores drain while the tensor cores work.
+ZERO_IN_GEMM1 = True
 
 
 def reduce_rule(config: MoEConfig, platform, T: int, gemm2_config: dict | None = None) -> str:
@@ -553,9 +558,10 @@ class TritonExperts(Experts):
         # the alignment. Either way GEMM2 may stay a dependent launch in the PDL chain.
         zero_early = (FUSED_ZERO and reduce == "atomic_out" and out.stride(-1) == 1
                       and tuple(out.shape) == tuple(prep.a1q.shape))
-        if zero_early and not self.quantized:
+        zero_g1 = zero_early and ZERO_IN_GEMM1 and out.is_contiguous()
+        if zero_early and not zero_g1 and not self.quantized:
             out.zero_()
-        x, x_scale = self._quant(prep.a1q, w.a13_scale, zero=out if zero_early else None)
+        x, x_scale = self._quant(prep.a1q, w.a13_scale, zero=out if zero_early and not zero_g1 else None)
         pdl = self.prefill_pdl_for(T)
         align = align_block_size(ids, align_bm(c1, c2), c.num_local_experts, expert_map,
                                  out=AlignResult(ws["sorted_ids"], ws["expert_ids"], ws["ntpp"]), pdl=pdl)
@@ -563,7 +569,8 @@ class TritonExperts(Experts):
         if self._must_zero_h(expert_map):
             ws["h"].zero_()
         g = self._h_epilogue(c1, c2)
-        act = dict(swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit)
+        act = dict(swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
+                   zero=out if zero_g1 else None)
         a_group = None
         if g:   # h fp8 in 1 x g groups straight from GEMM1's epilogue
             h, h_scale = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
@@ -676,8 +683,9 @@ def _variants(config, quant, platform):
                    f"({why}; not bitwise reproducible: deterministic=True keeps the fixed-order reduce)")
         early = red == "atomic_out" and FUSED_ZERO
         if early:
-            red_txt += ("; the output zeroed by the quantization of x (same launch)" if quant.method != QuantMethod.NONE
-                        else "; the output zeroed ahead of the alignment")
+            red_txt += ("; the output zeroed by GEMM1 on the side (a share a tile)" if ZERO_IN_GEMM1
+                        else "; the output zeroed by the quantization of x (same launch)"
+                        if quant.method != QuantMethod.NONE else "; the output zeroed ahead of the alignment")
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
                          f"w{c1.get('num_warps', 4)}s{c1.get('num_stages', 3)}{_extras(c1)}; gemm2 BM{c2['BLOCK_SIZE_M']}x"
                          f"BN{c2['BLOCK_SIZE_N']}xBK{c2['BLOCK_SIZE_K']} split{c2.get('SPLIT_K', 1)}{_extras(c2)}"

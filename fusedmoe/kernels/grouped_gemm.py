@@ -478,6 +478,20 @@ def _gemm_tile(
         tl.store(c_ptrs + pid_k * stride_cs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
+@triton.jit
+def _zero_share(z_ptr, z_numel, share, n_shares, ZB: tl.constexpr):
+    """Store zeros into share ``share`` of ``n_shares`` equal runs (multiples of ZB elements)
+    of the contiguous z [z_numel]: the output of GEMM2's atomic k-sum, zeroed by GEMM1 on the
+    side (ZERO in _moe_gemm_kernel) instead of by a launch of its own."""
+    per = (tl.cdiv(tl.cdiv(z_numel, n_shares), ZB) * ZB).to(tl.int64)
+    start = share * per
+    offs = tl.arange(0, ZB)
+    zeros = tl.zeros([ZB], dtype=z_ptr.dtype.element_ty)
+    for off in range(0, per, ZB):
+        idx = start + off + offs
+        tl.store(z_ptr + idx, zeros, mask=idx < z_numel)
+
+
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
 def _moe_gemm_kernel(
     a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
@@ -486,7 +500,7 @@ def _moe_gemm_kernel(
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
     stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
-    limit, alpha,
+    limit, alpha, z_ptr, z_numel,
     A_DIV: tl.constexpr, C_DIV: tl.constexpr, ALIGN_BM: tl.constexpr,
     GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
@@ -497,8 +511,11 @@ def _moe_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
     BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, PREFETCH_S: tl.constexpr = False,
-    EPI_EARLY: tl.constexpr = False,
+    EPI_EARLY: tl.constexpr = False, ZERO: tl.constexpr = 0, ZB: tl.constexpr = 2048,
 ):
+    # ZERO 1 / 2: z [z_numel] (GEMM2's atomic k-sum output) is zeroed by this launch, a share
+    # per tile stored before (1) / after (2, persistent launches only) it: stores need no wait,
+    # so they drain under the K loop; 0: z is not touched. SPLIT_K must be 1 (GEMM1's is).
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
         gdc_wait()
@@ -515,7 +532,13 @@ def _moe_gemm_kernel(
         # them live across it (triton 3.9 sm90 compile, deepseek-v3 tp8 tiles: GEMM1 173 ->
         # 255 registers, GEMM2 186 -> 235; with it both stay as in the one-tile launch)
         num_m = tl.minimum(tl.load(ntpp_ptr) // BLOCK_M, num_m_blocks)
+        if ZERO:   # the tiles that exist share z (none exist: program 0 zeroes it all)
+            if num_m * num_pid_n == 0:
+                if pid == 0:
+                    _zero_share(z_ptr, z_numel, pid, 1, ZB)   # (pid is 0)
         for tile in tl.range(pid, num_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN, disable_licm=True):
+            if ZERO == 1:
+                _zero_share(z_ptr, z_numel, tile, num_m * num_pid_n, ZB)
             pid_m, pid_n = _tile_coords(tile, num_m, num_pid_n, GROUP_M, BAND_N)
             e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
             _gemm_tile(
@@ -529,7 +552,11 @@ def _moe_gemm_kernel(
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
                 Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY)
+            if ZERO == 2:
+                _zero_share(z_ptr, z_numel, tile, num_m * num_pid_n, ZB)
     else:
+        if ZERO:   # (1 or 2) before any early return: every program of the grid shares z
+            _zero_share(z_ptr, z_numel, pid, tl.num_programs(0), ZB)
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
             return                                    # past the padded total: nothing to do
@@ -804,7 +831,7 @@ def _num_sms(device: torch.device) -> int:
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
             quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False,
-            a_group=None, out_scale=None, out_group=0, out_pow2=False):
+            a_group=None, out_scale=None, out_group=0, out_pow2=False, zero=None):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
     if config.get("A_RESIDENT", 0):
@@ -818,7 +845,10 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     assert not out_group or BN % out_group == 0, "BLOCK_SIZE_N must hold whole output scale groups"
     num_m_blocks = align.max_padded // BM
     if num_m_blocks == 0 or n_out == 0:
+        if zero is not None:
+            zero.zero_()
         return
+    assert zero is None or (split == 1 and zero.is_contiguous()), "zero= needs SPLIT_K 1 and a contiguous tensor"
     k_tiles = cdiv(cdiv(K, BK), split)                                      # K tiles per split
     a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk = _scale_args(quant, a_scale, b_scale, block_shape, a, b,
                                                                            a_group)
@@ -853,6 +883,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         stride_cs, s_cm, s_cn, s_bias_e, s_bias_n,
         sam, sak, sbe, sbn, sbk, out_scale.stride(0) if out_group else 0,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
+        zero if zero is not None else a, zero.numel() if zero is not None else 0,
     ), dict(
         A_DIV=a_div, C_DIV=c_div, ALIGN_BM=align.block_m,
         GATED=act in (0, 1, 2, 3), ACT=act, HAS_LIMIT=swiglu_limit is not None, HAS_BIAS=bias is not None,
@@ -868,6 +899,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
         PREFETCH_S=rescale and SCALE_PREFETCH,
         EPI_EARLY=epilogue_loads_early(a_dt),
+        ZERO=0 if zero is None else (2 if ZERO_AFTER_TILE and persistent else 1),
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
@@ -880,6 +912,9 @@ SCALE_PREFETCH = True
 # section, scripts/gpu_s20a.sh): qwen3 int8_channel T=4096 550.9 / 550.6 -> 546.9 / 547.3 us,
 # T=16384 1787 / 1805 -> 1768 / 1778; fp8_channel 0.3-1.5% slower, bf16 and Mixtral within noise
 EPILOGUE_LOADS_EARLY = "int8"
+# gemm1_act(zero=z) with a persistent config: each tile's share of z stored after the tile
+# (True) or before it (False; one-tile-a-program launches always store before)
+ZERO_AFTER_TILE = False
 
 
 def epilogue_loads_early(a_dtype: torch.dtype) -> bool:
@@ -974,7 +1009,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
               b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
               pdl: bool = False, out_group: int = 0, out_scale: Optional[torch.Tensor] = None,
-              out_pow2: bool = False):
+              out_pow2: bool = False, zero: Optional[torch.Tensor] = None):
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -991,6 +1026,9 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     reference's ``quant_fp8_group(h, g, out_pow2)`` of the fp32 tile; config BLOCK_SIZE_N a
     multiple of g), and the call returns (h fp8 [n, I], scale fp32 [n, ceil(I/g)]), written
     into ``out`` / ``out_scale`` when given. Otherwise it returns h.
+    ``zero``: a contiguous tensor (GEMM2's atomic k-sum output) this launch also fills with
+    zeros, a share a tile, so that no launch of its own has to (the stores drain under the K
+    loops of a GEMM that is compute or L2 bound). It must not overlap x, w13 or h.
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
@@ -1005,7 +1043,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
             quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
-            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2)
+            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2, zero=zero)
     return (out, out_scale) if out_group else out
 
 
