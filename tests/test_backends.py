@@ -380,6 +380,14 @@ def test_triton_reduce_modes(mk, monkeypatch, scheme):
         prepare_experts(cfg, w, "triton")
 
 
+def test_zero_in_gemm1_rule(monkeypatch):
+    import fusedmoe.backends.triton as tb
+    assert not tb.zero_in_gemm1(16384 * 2048)          # qwen3 T=16384: the quantizer / fill zeroes
+    assert tb.zero_in_gemm1(16384 * 7168)              # deepseek-v3 T=16384: GEMM1 does
+    monkeypatch.setattr(tb, "ZERO_IN_GEMM1", False)
+    assert not tb.zero_in_gemm1(16384 * 7168)
+
+
 @pytest.mark.parametrize("scheme", ["none", "fp8_tensor", "fp8_tensor:static", "fp8_channel", "fp8_block",
                                     "int8_channel"])
 @pytest.mark.parametrize("zero", ["gemm1", "early", "gemm2"])
@@ -392,6 +400,7 @@ def test_triton_atomic_out_zeroes_a_dirty_output(mk, monkeypatch, scheme, zero):
     monkeypatch.setenv("FUSEDMOE_REDUCE", "atomic_out")
     monkeypatch.setattr(tb, "FUSED_ZERO", zero != "gemm2")
     monkeypatch.setattr(tb, "ZERO_IN_GEMM1", zero == "gemm1")
+    monkeypatch.setattr(tb, "ZERO_IN_GEMM1_MIN", 0)
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
     cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")

@@ -205,23 +205,25 @@ def test_atomic_k_sum_default_eager_graph_and_expert_map(quant):
 def test_atomic_k_sum_zeroed_early_in_the_pdl_chain(quant, monkeypatch):
     # 64 pairs a local expert exactly: the atomic k-sum (reduce_rule) AND the prefill PDL chain
     # (prefill_pdl_bound). The output is zeroed at the start (by the quantization of x, or a
-    # fill ahead of the alignment: FUSED_ZERO), so GEMM2 stays a dependent launch of GEMM1.
-    # Eager calls (into a caller-visible buffer left dirty by the call before) and a graph
-    # replay match the reference, and the FUSED_ZERO=False path (GEMM2 zeroing it itself)
+    # fill ahead of the alignment: FUSED_ZERO) or by GEMM1 on the side (ZERO_IN_GEMM1), so
+    # GEMM2 stays a dependent launch of GEMM1. Eager calls (into a caller-visible buffer left
+    # dirty by the call before) and a graph replay match the reference, and the
+    # FUSED_ZERO=False path (GEMM2 zeroing it itself)
     import fusedmoe.backends.triton as tb
     cfg = MoEConfig(8, 2, 512, 256, dtype="bfloat16")
     w = _weights(cfg, quant, seed=31)
     T = 256
     x, tw, ti = _routed(cfg, T, seed=32)
     outs = {}
-    for fused in (False, True):
-        monkeypatch.setattr(tb, "FUSED_ZERO", fused)
+    for fused in (False, True, "gemm1"):
+        monkeypatch.setattr(tb, "FUSED_ZERO", bool(fused))
+        monkeypatch.setattr(tb, "ZERO_IN_GEMM1_MIN", 0 if fused == "gemm1" else 1 << 62)
         pe = prepare_experts(cfg, w, "triton")
         ex = pe.kernel.experts
         assert ex.reduce_for(T) == "atomic_out" and ex.prefill_pdl_for(T) == ex.prefill_pdl
         outs[fused] = _eager_and_replayed(pe, x, tw, ti)
     ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=quant != "none", h_group=pe.h_group(T))
-    for o in outs[True] + outs[False]:
+    for o in outs[True] + outs[False] + outs["gemm1"]:
         assert rel_error(o, ref) <= tolerance(cfg.dtype, quant)
         assert rel_error(o, outs[False][0]) < 1e-2
 

@@ -151,11 +151,21 @@ ATOMIC_OUT_MAX_Y = 1 << 29
 # its own), or by a fill ahead of the alignment for 16-bit x. GEMM2 then stays a dependent
 # launch of GEMM1 in the PDL chain. False: GEMM2 zeroes the output itself (the A/B's old side).
 FUSED_ZERO = True
-# With FUSED_ZERO: GEMM1 zeroes the output on the side, a share a tile (grouped_gemm.py
-# ``gemm1_act(zero=)``), instead of the quantization of x or a fill before the alignment.
-# Those move [T, H] of zeros at copy bandwidth ahead of the GEMMs (deepseek-v3 tp8 T=16384:
-# 235 MB, ~75 us); under GEMM1's K loops the stores drain while the tensor cores work.
+# With FUSED_ZERO and outputs of more than ZERO_IN_GEMM1_MIN elements: GEMM1 zeroes the
+# output on the side, a share a tile (grouped_gemm.py ``gemm1_act(zero=)``), instead of the
+# quantization of x or a fill before the alignment, which move [T, H] of zeros at copy
+# bandwidth ahead of the GEMMs. The stores are not free under GEMM1's K loops: H100, two
+# alternating rounds each (docs/BENCHMARKS.md twenty-first section, scripts/gpu_s21a.sh),
+# deepseek-v3 tp8 fp8_block T=16384 (117M elements) 2697.6 / 2700.3 -> 2679.9 / 2671.7 us, but
+# T=4096 942.9 / 942.9 -> 948.5 / 949.3 and qwen3 int8_channel T=4096 547.0 / 545.7 -> 551.0 /
+# 552.7; bf16 and qwen3 T=16384 (34M elements) within noise. So only the largest outputs.
 ZERO_IN_GEMM1 = True
+ZERO_IN_GEMM1_MIN = 1 << 26
+
+
+def zero_in_gemm1(numel: int) -> bool:
+    """Whether GEMM1 zeroes an atomic k-sum's output of ``numel`` elements (ZERO_IN_GEMM1)."""
+    return ZERO_IN_GEMM1 and numel > ZERO_IN_GEMM1_MIN
 
 
 def reduce_rule(config: MoEConfig, platform, T: int, gemm2_config: dict | None = None) -> str:
@@ -558,7 +568,7 @@ class TritonExperts(Experts):
         # the alignment. Either way GEMM2 may stay a dependent launch in the PDL chain.
         zero_early = (FUSED_ZERO and reduce == "atomic_out" and out.stride(-1) == 1
                       and tuple(out.shape) == tuple(prep.a1q.shape))
-        zero_g1 = zero_early and ZERO_IN_GEMM1 and out.is_contiguous()
+        zero_g1 = zero_early and zero_in_gemm1(out.numel()) and out.is_contiguous()
         if zero_early and not zero_g1 and not self.quantized:
             out.zero_()
         x, x_scale = self._quant(prep.a1q, w.a13_scale, zero=out if zero_early and not zero_g1 else None)
@@ -683,7 +693,8 @@ def _variants(config, quant, platform):
                    f"({why}; not bitwise reproducible: deterministic=True keeps the fixed-order reduce)")
         early = red == "atomic_out" and FUSED_ZERO
         if early:
-            red_txt += ("; the output zeroed by GEMM1 on the side (a share a tile)" if ZERO_IN_GEMM1
+            red_txt += ("; the output zeroed by GEMM1 on the side (a share a tile; > 2^26 elements)"
+                        if zero_in_gemm1(T * config.hidden_size)
                         else "; the output zeroed by the quantization of x (same launch)"
                         if quant.method != QuantMethod.NONE else "; the output zeroed ahead of the alignment")
         out[f"T={T}"] = (f"gemm1 BM{c1['BLOCK_SIZE_M']}xBN{c1['BLOCK_SIZE_N']}xBK{c1['BLOCK_SIZE_K']} "
