@@ -466,6 +466,21 @@ ROUNDS["s20tok"] = [   # session 20 (H100), LOST and reverted: TOKEN_ORDER exist
 ]
 
 
+ROUNDS["s21p"] = [   # session 21 (H100): GEMM2 one program an SM (PERSISTENT 1), never tried on the 16-bit
+    # tiled GEMM2s (GEMM1's won 3% at Mixtral T=16384 in session 18). Mixtral T=16384 sits at 79-80%.
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [
+        ("g2 P1", "gemm2", dict(PERSISTENT=1, FLATTEN=False)),
+        ("g2 P1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True)),
+    ]),
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g2 P1", "gemm2", dict(PERSISTENT=1, FLATTEN=False))]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g2 P1", "gemm2", dict(PERSISTENT=1, FLATTEN=False))]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g2 P1", "gemm2", dict(PERSISTENT=1, FLATTEN=False)),
+        ("g2 P1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True)),
+    ]),
+]
+
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
