@@ -493,6 +493,21 @@ ROUNDS["s21r"] = [   # session 21 (H100): s21q's one sample (qwen3 bf16 T=16384 
     ]),
 ]
 
+ROUNDS["s21s"] = [   # session 21 (H100): persistent / flattened neighbours never measured, alternated with
+    # the shipped entry: qwen3 int8_channel T=16384 GEMM2 flattened (fp8_channel's entry is), deepseek-v3
+    # tp8 bf16 T=4096 GEMM1 one program an SM
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g2 P1 flat", "gemm2", dict(FLATTEN=True)),
+        ("g2 P1 (shipped)", "gemm2", dict(FLATTEN=False)),
+        ("g2 P1 flat", "gemm2", dict(FLATTEN=True)),
+    ], "int8_channel"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
+        ("g1 P0 (shipped)", "gemm1", dict(PERSISTENT=0)),
+        ("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
+    ]),
+]
+
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
