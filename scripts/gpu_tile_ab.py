@@ -508,6 +508,15 @@ ROUNDS["s21s"] = [   # session 21 (H100): persistent / flattened neighbours neve
     ]),
 ]
 
+ROUNDS["s21t"] = [   # session 21 (H100): s21s's win (deepseek bf16 T=4096 GEMM1 P1, 1528 -> 1495 us) on the
+    # fp8_block GEMM1s of the same shape
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
+        ("g1 P0 (shipped)", "gemm1", dict(PERSISTENT=0)),
+        ("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
+    ], "fp8_block"),
+]
+
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
