@@ -13,11 +13,17 @@ its wait. This probe measures, on one dense C = sum_g (A_g B_g^T) sa[m, g] sb[n 
   gl_async   the group's dot into a fresh accumulator, asynchronous; while it runs the previous
              group's product is scaled into the running sum ("promotion" one group late, as
              DeepGEMM does); then wait.
-  gl_async2  (HUNG on the H100 in session 20: not run by default, --variants gl_async2 at your
-             own risk, under a timeout) one dot always in flight: group k's dot is issued, then group k - 1's is waited for
+  gl_async2  one dot always in flight: group k's dot is issued, then group k - 1's is waited for
              (num_outstanding=1) and promoted while k runs; two fresh accumulators alternate.
+             HUNG on the H100 in session 20: its peeled step 0 did not issue the load of step
+             STAGES - 1, so the loop waited on a barrier no copy would arrive on. Fixed in session 21
+             (not rerun yet); still off by default: --variants gl_async2, under a timeout.
   gl_sync    the same as gl_async with a synchronous dot (the promotion after it, tensor cores idle).
   gl_plain   no scales: acc += A_g B_g^T asynchronously, one dot in flight (the upper bound).
+  gl_ws      (session 21; compiled, NOT RUN yet: --variants gl_ws,gl_ws_plain under a timeout)
+             warp-specialized: a 1-warp TMA producer and two 64-row consumer warpgroups that
+             share no barrier, so one's promotion overlaps the other's dot (DeepGEMM's design).
+  gl_ws_plain  the same without scales.
   tl_group   triton: acc += tl.dot(a, b) * scales (the classic form), TMA descriptors.
   tl_plain   triton without scales.
 
@@ -44,6 +50,9 @@ except ImportError:          # pragma: no cover
     TlDesc = None
 
 GROUP = 128
+# triton 3.6 (the device's) names the TMA load async_copy_global_to_shared; 3.9 removed that name
+# for async_load (same arguments)
+_tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
 
 @gluon.jit
@@ -64,8 +73,8 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
     k_tiles = K // BK
     for i in gl.static_range(STAGES - 1):           # prologue: STAGES - 1 steps in flight
         mbarrier.expect(bars.index(i), nbytes, pred=i < k_tiles)
-        tma.async_copy_global_to_shared(a_desc, [off_m, i * BK], bars.index(i), a_s.index(i), pred=i < k_tiles)
-        tma.async_copy_global_to_shared(b_desc, [off_n, i * BK], bars.index(i), b_s.index(i), pred=i < k_tiles)
+        _tma_load(a_desc, [off_m, i * BK], bars.index(i), a_s.index(i), pred=i < k_tiles)
+        _tma_load(b_desc, [off_n, i * BK], bars.index(i), b_s.index(i), pred=i < k_tiles)
     rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_l))
     cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_l))
     acc = gl.zeros([BM, BN], gl.float32, acc_l)
@@ -78,6 +87,14 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
         tok = warpgroup_mma(a_s.index(0), b_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
         s_prev = gl.load(sa_ptr + rows * stride_sam) * gl.load(sb_ptr + (off_n // 128) * stride_sbn)
         k0 = 1
+        # the load the loop's iteration 0 would have issued (step STAGES - 1 into its stage, never
+        # used yet). Session 20's version lacked it, so the wait on that stage at iteration
+        # STAGES - 1 never returned: the hang on the H100 (found in session 21, not rerun yet)
+        mbarrier.expect(bars.index(STAGES - 1), nbytes, pred=STAGES - 1 < k_tiles)
+        _tma_load(a_desc, [off_m, (STAGES - 1) * BK], bars.index(STAGES - 1),
+                                        a_s.index(STAGES - 1), pred=STAGES - 1 < k_tiles)
+        _tma_load(b_desc, [off_n, (STAGES - 1) * BK], bars.index(STAGES - 1),
+                                        b_s.index(STAGES - 1), pred=STAGES - 1 < k_tiles)
     for k in range(k0, k_tiles):
         s = k % STAGES
         mbarrier.wait(bars.index(s), (k // STAGES) & 1)
@@ -107,8 +124,8 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
         nxt = k + STAGES - 1
         ns = nxt % STAGES
         mbarrier.expect(bars.index(ns), nbytes, pred=nxt < k_tiles)
-        tma.async_copy_global_to_shared(a_desc, [off_m, nxt * BK], bars.index(ns), a_s.index(ns), pred=nxt < k_tiles)
-        tma.async_copy_global_to_shared(b_desc, [off_n, nxt * BK], bars.index(ns), b_s.index(ns), pred=nxt < k_tiles)
+        _tma_load(a_desc, [off_m, nxt * BK], bars.index(ns), a_s.index(ns), pred=nxt < k_tiles)
+        _tma_load(b_desc, [off_n, nxt * BK], bars.index(ns), b_s.index(ns), pred=nxt < k_tiles)
     if MODE == 3:
         prev = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
     if MODE == 0 or MODE == 3:
@@ -140,7 +157,93 @@ def _tl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
     tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(tl.bfloat16))
 
 
-VARIANTS = {"gl_async": 0, "gl_async2": 3, "gl_sync": 1, "gl_plain": 2, "tl_group": True, "tl_plain": False}
+# ------------------------------------------------------------------ warp-specialized (gl_ws*)
+# DeepGEMM's structure in Gluon: a 1-warp producer partition issues the TMA loads into a ring of
+# STAGES buffers (ready / empty mbarriers), and TWO consumer partitions of one warpgroup each own
+# half of the BM rows. Each consumer waits for a stage, runs its (synchronous) block-scaled dot,
+# releases the stage and promotes. No barrier couples the two consumers, so one's promotion can
+# run while the other's wgmma has the tensor cores: the overlap the synchronous dots of triton's
+# pipeline (and gl_sync, whose 8 warps meet at a bar.sync every K step) cannot get.
+# Worker partitions must share one signature: the second consumer and the producer are the same
+# function with ROLE 1 / 2. Prepared in session 21 on the CPU (compiles for sm_90a under triton
+# 3.6 and 3.9); NOT RUN on a GPU yet: run it under a timeout (a barrier mistake hangs).
+
+
+@gluon.jit
+def _ws_consume(a_s, b_s, ready, empty, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, stride_sbn, off_m, off_n,
+                HALF: gl.constexpr, SCALED: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                STAGES: gl.constexpr):
+    """One consumer warpgroup: rows off_m + HALF * BH .. + BH of the tile."""
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+    rows = off_m + HALF * BH + gl.arange(0, BH, layout=gl.SliceLayout(1, acc_l))
+    cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_l))
+    acc = gl.zeros([BH, BN], gl.float32, acc_l)
+    zero = gl.zeros([BH, BN], gl.float32, acc_l)
+    for k in range(K // BK):
+        s = k % STAGES
+        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
+        a_k = a_s.index(s * 2 + HALF)
+        b_k = b_s.index(s).permute((1, 0))
+        if SCALED:
+            sa = gl.load(sa_ptr + rows * stride_sam + k)
+            sb = gl.load(sb_ptr + (off_n // 128) * stride_sbn + k)
+            cur = warpgroup_mma(a_k, b_k, zero, use_acc=False)
+            mbarrier.arrive(empty.index(s), count=1)          # this consumer is done with stage s
+            acc = acc + cur * (sa * sb)[:, None]              # promotion, while the other one's dot runs
+        else:
+            acc = warpgroup_mma(a_k, b_k, acc)
+            mbarrier.arrive(empty.index(s), count=1)
+    gl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(gl.bfloat16))
+
+
+@gluon.jit
+def _ws_worker(a_desc, b_desc, a_s, b_s, ready, empty, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, stride_sbn,
+               off_m, off_n, ROLE: gl.constexpr, SCALED: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr,
+               BK: gl.constexpr, STAGES: gl.constexpr):
+    if ROLE == 1:         # the second consumer warpgroup
+        _ws_consume(a_s, b_s, ready, empty, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, stride_sbn, off_m, off_n,
+                    1, SCALED, BH, BN, BK, STAGES)
+    else:                 # the producer warp: both A halves and B of a stage on one barrier
+        nbytes: gl.constexpr = (2 * BH + BN) * BK * a_desc.dtype.primitive_bitwidth // 8
+        for k in range(K // BK):
+            s = k % STAGES
+            mbarrier.wait(empty.index(s), ((k // STAGES) & 1) ^ 1)   # fresh barriers pass phase 1
+            mbarrier.expect(ready.index(s), nbytes)
+            _tma_load(a_desc, [off_m, k * BK], ready.index(s), a_s.index(s * 2))
+            _tma_load(a_desc, [off_m + BH, k * BK], ready.index(s), a_s.index(s * 2 + 1))
+            _tma_load(b_desc, [off_n, k * BK], ready.index(s), b_s.index(s))
+
+
+@gluon.jit
+def _gl_ws_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, stride_sbn,
+                  SCALED: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                  STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """Grid (M / BM, N / BN); a_desc's block is [BM / 2, BK] (one consumer's half), num_warps 4."""
+    BH: gl.constexpr = BM // 2
+    off_m = gl.program_id(0) * BM
+    off_n = gl.program_id(1) * BN
+    a_s = gl.allocate_shared_memory(a_desc.dtype, [2 * STAGES, BH, BK], a_desc.layout)
+    b_s = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, BK], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)          # both consumers release a stage
+    ZERO: gl.constexpr = 0
+    ONE: gl.constexpr = 1
+    TWO: gl.constexpr = 2
+    gl.warp_specialize([
+        (_ws_consume, (a_s, b_s, ready, empty, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, stride_sbn, off_m,
+                       off_n, ZERO, SCALED, BH, BN, BK, STAGES)),
+        (_ws_worker, (a_desc, b_desc, a_s, b_s, ready, empty, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam,
+                      stride_sbn, off_m, off_n, ONE, SCALED, BH, BN, BK, STAGES)),
+        (_ws_worker, (a_desc, b_desc, a_s, b_s, ready, empty, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam,
+                      stride_sbn, off_m, off_n, TWO, SCALED, BH, BN, BK, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 40])
+
+
+VARIANTS = {"gl_async": 0, "gl_async2": 3, "gl_sync": 1, "gl_plain": 2, "tl_group": True, "tl_plain": False,
+            "gl_ws": True, "gl_ws_plain": False}
 
 
 def launch(name, a, b, sa, sb, c, BM=128, BN=128, BK=128, stages=4, warps=8):
@@ -148,7 +251,13 @@ def launch(name, a, b, sa, sb, c, BM=128, BN=128, BK=128, stages=4, warps=8):
     N = b.shape[0]
     grid = (M // BM, N // BN)
     args = (c, sa, sb, K, c.stride(0), sa.stride(0), sb.stride(0))
-    if name.startswith("gl_"):
+    if name.startswith("gl_ws"):
+        lay_a = gl.NVMMASharedLayout.get_default_for([BM // 2, BK], gl.float8e4nv)
+        lay_b = gl.NVMMASharedLayout.get_default_for([BN, BK], gl.float8e4nv)
+        ad, bd = GlDesc.from_tensor(a, [BM // 2, BK], lay_a), GlDesc.from_tensor(b, [BN, BK], lay_b)
+        _gl_ws_kernel[grid](ad, bd, *args, SCALED=VARIANTS[name], BM=BM, BN=BN, BK=BK, STAGES=stages,
+                            CONSUMER_REGS=232, num_warps=4)
+    elif name.startswith("gl_"):
         lay_a = gl.NVMMASharedLayout.get_default_for([BM, BK], gl.float8e4nv)
         lay_b = gl.NVMMASharedLayout.get_default_for([BN, BK], gl.float8e4nv)
         ad, bd = GlDesc.from_tensor(a, [BM, BK], lay_a), GlDesc.from_tensor(b, [BN, BK], lay_b)
@@ -184,14 +293,16 @@ def gpu(shapes, variants):
         flop = 2 * M * N * K
         tiles = [dict(BM=128, warps=8, stages=4), dict(BM=128, warps=8, stages=3),
                  dict(BM=64, warps=4, stages=4), dict(BM=64, warps=4, stages=3)]
-        for name, cfgs in ((n, tiles) for n in variants):
+        # the warp-specialized kernel: two 64-row consumer warpgroups, so BM 128 only (warps ignored)
+        for name, cfgs in ((n, [t for t in tiles if t["BM"] == 128] if n.startswith("gl_ws") else tiles)
+                           for n in variants):
             for cfg in cfgs:
                 c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
                 tag = f"M={M} N={N} K={K} {name:9s} {cfg}"
                 try:
                     launch(name, a, b, sa, sb, c, **cfg)
                     torch.cuda.synchronize()
-                    ref = refs[name not in ("gl_plain", "tl_plain")]
+                    ref = refs[name not in ("gl_plain", "tl_plain", "gl_ws_plain")]
                     err = ((c.float() - ref).norm() / ref.norm()).item()
                     if not err < 1e-2:
                         print(f"{tag}: WRONG rel err {err:.3g}", flush=True)
@@ -216,7 +327,15 @@ def compile_only():
                   "stride_sam": "i32", "stride_sbn": "i32"}
     for name, mode in VARIANTS.items():
         try:
-            if name.startswith("gl_"):
+            if name.startswith("gl_ws"):
+                lay_h = gl.NVMMASharedLayout.get_default_for([BM // 2, BK], gl.float8e4nv)
+                desc_h = f"tensordesc<fp8e4nv[{BM // 2}, {BK}],{lay_h!r}>"
+                sig = {"a_desc": desc_h, "b_desc": desc_g, **sig_common, "SCALED": "constexpr", "BM": "constexpr",
+                       "BN": "constexpr", "BK": "constexpr", "STAGES": "constexpr", "CONSUMER_REGS": "constexpr",
+                       "num_warps": "constexpr"}
+                consts = dict(SCALED=mode, BM=BM, BN=BN, BK=BK, STAGES=4, CONSUMER_REGS=232, num_warps=4)
+                k = triton.compile(GluonASTSource(_gl_ws_kernel, sig, consts), target=target, options={"num_warps": 4})
+            elif name.startswith("gl_"):
                 sig = {"a_desc": desc_g, "b_desc": desc_g, **sig_common, "MODE": "constexpr", "BM": "constexpr",
                        "BN": "constexpr", "BK": "constexpr", "STAGES": "constexpr", "num_warps": "constexpr"}
                 consts = dict(MODE=mode, BM=BM, BN=BN, BK=BK, STAGES=4, num_warps=8)
