@@ -59,7 +59,7 @@ _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_glo
 def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, stride_sbn,
                MODE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                STAGES: gl.constexpr, num_warps: gl.constexpr):
-    """MODE 0 gl_async, 1 gl_sync, 2 gl_plain, 3 gl_async2. Grid (M / BM, N / BN); K a multiple of BK."""
+    """MODE 0 gl_async, 1 gl_sync, 2 gl_plain, 3 gl_async2. Grid (M / BM, N / BN); K a multiple of BK, >= BK."""
     off_m = gl.program_id(0) * BM
     off_n = gl.program_id(1) * BN
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -95,7 +95,8 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
                                         a_s.index(STAGES - 1), pred=STAGES - 1 < k_tiles)
         _tma_load(b_desc, [off_n, (STAGES - 1) * BK], bars.index(STAGES - 1),
                                         b_s.index(STAGES - 1), pred=STAGES - 1 < k_tiles)
-    for k in range(k0, k_tiles):
+    k_end = k_tiles - 1 if MODE == 2 else k_tiles     # gl_plain peels its last step (below)
+    for k in range(k0, k_end):
         s = k % STAGES
         mbarrier.wait(bars.index(s), (k // STAGES) & 1)
         a_k = a_s.index(s)
@@ -130,7 +131,10 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
         prev = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
     if MODE == 0 or MODE == 3:
         acc = acc + prev * s_prev[:, None]
-    if MODE == 2:
+    if MODE == 2:   # the last step, its dot waited for at once (ptxas C7514 otherwise; NOTES)
+        s = k_end % STAGES
+        mbarrier.wait(bars.index(s), (k_end // STAGES) & 1)
+        acc = warpgroup_mma(a_s.index(s), b_s.index(s).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
