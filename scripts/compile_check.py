@@ -141,17 +141,11 @@ def grouped_cases() -> list:
             gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
                      torch.empty(T, H, dtype=bf), config=dict(c2x, BLOCK_SIZE_K=64, USE_TMA=True), reduce="atomic_out")
             out.append((f"grouped gemm2 bfloat16 band atomic_out{label}", captured[0]))
-        # GEMM1 zeroing GEMM2's atomic output on the side (gemm1_act zero=): one tile a program,
-        # persistent with the share stored before / after the tile (ZERO_AFTER_TILE)
-        for label, c1x, after in (("", c1, False), (" persistent", dict(c1, PERSISTENT=1, USE_TMA=True), False),
-                                  (" persistent after", dict(c1, PERSISTENT=1, USE_TMA=True), True)):
+        # GEMM1 zeroing GEMM2's atomic output on the side (gemm1_act zero=): one tile a program, persistent
+        for label, c1x in (("", c1), (" persistent", dict(c1, PERSISTENT=1, USE_TMA=True))):
             captured.clear()
-            gg.ZERO_AFTER_TILE, keep = after, gg.ZERO_AFTER_TILE
-            try:
-                gg.gemm1_act(torch.empty(T, H, dtype=bf), torch.empty(E, 2 * I, H, dtype=bf), align, k, "silu",
-                             torch.empty(n, I, dtype=bf), config=c1x, zero=torch.empty(T, H, dtype=bf))
-            finally:
-                gg.ZERO_AFTER_TILE = keep
+            gg.gemm1_act(torch.empty(T, H, dtype=bf), torch.empty(E, 2 * I, H, dtype=bf), align, k, "silu",
+                         torch.empty(n, I, dtype=bf), config=c1x, zero=torch.empty(T, H, dtype=bf))
             out.append((f"grouped gemm1 bfloat16 zero{label}", captured[0]))
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()

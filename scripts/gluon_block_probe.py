@@ -71,7 +71,11 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
         mbarrier.init(bars.index(i), count=1)
     nbytes: gl.constexpr = (BM + BN) * BK * a_desc.dtype.primitive_bitwidth // 8
     k_tiles = K // BK
-    for i in gl.static_range(STAGES - 1):           # prologue: STAGES - 1 steps in flight
+    # prologue: STAGES - 1 steps in flight; gl_async2 peels step 0 before its loop, so it also
+    # loads the step the loop's first iteration would have (session 20's version did not, and
+    # its wait on that stage never returned: the hang on the H100)
+    PRO: gl.constexpr = STAGES if MODE == 3 else STAGES - 1
+    for i in gl.static_range(PRO):
         mbarrier.expect(bars.index(i), nbytes, pred=i < k_tiles)
         _tma_load(a_desc, [off_m, i * BK], bars.index(i), a_s.index(i), pred=i < k_tiles)
         _tma_load(b_desc, [off_n, i * BK], bars.index(i), b_s.index(i), pred=i < k_tiles)
@@ -87,14 +91,6 @@ def _gl_kernel(a_desc, b_desc, c_ptr, sa_ptr, sb_ptr, K, stride_cm, stride_sam, 
         tok = warpgroup_mma(a_s.index(0), b_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
         s_prev = gl.load(sa_ptr + rows * stride_sam) * gl.load(sb_ptr + (off_n // 128) * stride_sbn)
         k0 = 1
-        # the load the loop's iteration 0 would have issued (step STAGES - 1 into its stage, never
-        # used yet). Session 20's version lacked it, so the wait on that stage at iteration
-        # STAGES - 1 never returned: the hang on the H100 (found in session 21, not rerun yet)
-        mbarrier.expect(bars.index(STAGES - 1), nbytes, pred=STAGES - 1 < k_tiles)
-        _tma_load(a_desc, [off_m, (STAGES - 1) * BK], bars.index(STAGES - 1),
-                                        a_s.index(STAGES - 1), pred=STAGES - 1 < k_tiles)
-        _tma_load(b_desc, [off_n, (STAGES - 1) * BK], bars.index(STAGES - 1),
-                                        b_s.index(STAGES - 1), pred=STAGES - 1 < k_tiles)
     k_end = k_tiles - 1 if MODE == 2 else k_tiles     # gl_plain peels its last step (below)
     for k in range(k0, k_end):
         s = k % STAGES

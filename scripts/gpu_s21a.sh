@@ -2,7 +2,8 @@
 # Session 21 (H100): GEMM1 zeroing GEMM2's atomic output on the side (backends/triton.py
 # ZERO_IN_GEMM1; grouped_gemm.py gemm1_act zero=). Its GPU tests, then ZERO_IN_GEMM1 0 / 1 on the
 # points whose k-sum is atomic (qwen3 and deepseek-v3 tp8 at T=4096 / 16384, 16-bit and 8-bit),
-# then the share stored after the tile (ZERO_AFTER_TILE) where GEMM1 is persistent.
+# then the share stored after the tile (ZERO_AFTER_TILE) where GEMM1 is persistent. That switch
+# measured the same as "before" and was removed after the session (commit d0c758e has it).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

@@ -87,13 +87,12 @@ def test_gemm1_persistent_is_bitwise_the_tile_launch(dtype):
         assert torch.equal(h, base), (p, fl)
 
 
-@pytest.mark.parametrize("persistent,after", [(0, False), (1, False), (1, True), (2, True)])
+@pytest.mark.parametrize("persistent", [0, 1, 2])
 @pytest.mark.parametrize("numel", [1, 5000, 3 * 2048 * 40 + 7])
-def test_gemm1_zeroes_on_the_side(monkeypatch, persistent, after, numel):
+def test_gemm1_zeroes_on_the_side(persistent, numel):
     # gemm1_act(zero=z): the same launch stores zeros over all of z (GEMM2's atomic output), a
-    # share a tile, before or after it, and h is bitwise what it is without. numel: smaller
-    # than one share, several shares, more than ZB elements a tile (the share loop runs).
-    monkeypatch.setattr(gg, "ZERO_AFTER_TILE", after)
+    # share a tile, and h is bitwise what it is without. numel: smaller than one share, several
+    # shares, more than ZB elements a tile (the share loop runs).
     x = _rand(T, H, seed=11, dtype=torch.float16)
     w13 = _rand(E, 2 * I, H, seed=12, dtype=torch.float16, scale=H ** -0.5)
     _, ids = _routing()

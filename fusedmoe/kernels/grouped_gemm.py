@@ -511,11 +511,11 @@ def _moe_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
     BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, PREFETCH_S: tl.constexpr = False,
-    EPI_EARLY: tl.constexpr = False, ZERO: tl.constexpr = 0, ZB: tl.constexpr = 2048,
+    EPI_EARLY: tl.constexpr = False, ZERO: tl.constexpr = False, ZB: tl.constexpr = 2048,
 ):
-    # ZERO 1 / 2: z [z_numel] (GEMM2's atomic k-sum output) is zeroed by this launch, a share
-    # per tile stored before (1) / after (2, persistent launches only) it: stores need no wait,
-    # so they drain under the K loop; 0: z is not touched. SPLIT_K must be 1 (GEMM1's is).
+    # ZERO: z [z_numel] (GEMM2's atomic k-sum output) is zeroed by this launch, a share stored
+    # at the start of each tile (stores need no wait, so they drain under the K loop; after the
+    # tile measured the same, session 21). SPLIT_K must be 1 (GEMM1's is).
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
         gdc_wait()
@@ -537,7 +537,7 @@ def _moe_gemm_kernel(
                 if pid == 0:
                     _zero_share(z_ptr, z_numel, pid, 1, ZB)   # (pid is 0)
         for tile in tl.range(pid, num_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN, disable_licm=True):
-            if ZERO == 1:
+            if ZERO:
                 _zero_share(z_ptr, z_numel, tile, num_m * num_pid_n, ZB)
             pid_m, pid_n = _tile_coords(tile, num_m, num_pid_n, GROUP_M, BAND_N)
             e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
@@ -552,10 +552,8 @@ def _moe_gemm_kernel(
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
                 Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY)
-            if ZERO == 2:
-                _zero_share(z_ptr, z_numel, tile, num_m * num_pid_n, ZB)
     else:
-        if ZERO:   # (1 or 2) before any early return: every program of the grid shares z
+        if ZERO:   # before any early return: every program of the grid shares z
             _zero_share(z_ptr, z_numel, pid, tl.num_programs(0), ZB)
         pid_m, pid_n = _tile_coords(pid, num_m_blocks, num_pid_n, GROUP_M, BAND_N)
         if pid_m * BLOCK_M >= tl.load(ntpp_ptr):
@@ -899,7 +897,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
         PREFETCH_S=rescale and SCALE_PREFETCH,
         EPI_EARLY=epilogue_loads_early(a_dt),
-        ZERO=0 if zero is None else (2 if ZERO_AFTER_TILE and persistent else 1),
+        ZERO=zero is not None,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
@@ -912,9 +910,6 @@ SCALE_PREFETCH = True
 # section, scripts/gpu_s20a.sh): qwen3 int8_channel T=4096 550.9 / 550.6 -> 546.9 / 547.3 us,
 # T=16384 1787 / 1805 -> 1768 / 1778; fp8_channel 0.3-1.5% slower, bf16 and Mixtral within noise
 EPILOGUE_LOADS_EARLY = "int8"
-# gemm1_act(zero=z) with a persistent config: each tile's share of z stored after the tile
-# (True) or before it (False; one-tile-a-program launches always store before)
-ZERO_AFTER_TILE = False
 
 
 def epilogue_loads_early(a_dtype: torch.dtype) -> bool:
