@@ -534,6 +534,22 @@ ROUNDS["s22next"] = [   # prepared in session 21, not run (H100): the 16-bit ent
 ]
 
 
+_RES = dict(PERSISTENT=0, FLATTEN=False, BAND_MAJOR=True)
+ROUNDS["s22band"] = [   # session 22 (H100): the A-resident GEMM2 in column bands (BAND_MAJOR, shipped at T=16384
+    # since session 14) at deepseek tp8 T=4096, whose output (58 MB) is also past the 50 MB L2
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 x8 band", "gemm2", dict(A_RESIDENT=8, **_RES)),
+        ("g2 x16 band", "gemm2", dict(A_RESIDENT=16, **_RES)),
+        ("g2 x4 band", "gemm2", dict(A_RESIDENT=4, **_RES)),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 x16 BN64 band", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=1,
+                                           num_warps=8, num_stages=4, A_RESIDENT=16, **_RES)),
+        ("g2 x8 BN128 band", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=1,
+                                           num_warps=8, num_stages=3, A_RESIDENT=8, **_RES)),
+    ]),
+]
+
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
 for model, tp, T, prefix, variants, *rest in CASES:
