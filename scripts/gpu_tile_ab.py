@@ -549,6 +549,22 @@ ROUNDS["s22band"] = [   # session 22 (H100): the A-resident GEMM2 in column band
                                            num_warps=8, num_stages=3, A_RESIDENT=8, **_RES)),
     ]),
 ]
+ROUNDS["s22band2"] = [   # session 22 (H100), after s22band shipped the banded GEMM2s at deepseek tp8 T=4096: their neighbours
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 BN64 x16", "gemm2", dict(BLOCK_SIZE_N=64, A_RESIDENT=16)),
+        ("g2 s4", "gemm2", dict(num_stages=4)),
+        ("g2 s2", "gemm2", dict(num_stages=2)),
+        ("g2 BM64", "gemm2", dict(BLOCK_SIZE_M=64)),
+        ("g2 w4", "gemm2", dict(num_warps=4)),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 x8", "gemm2", dict(A_RESIDENT=8)),
+        ("g2 x32", "gemm2", dict(A_RESIDENT=32)),
+        ("g2 s3", "gemm2", dict(num_stages=3)),
+        ("g2 BM64", "gemm2", dict(BLOCK_SIZE_M=64)),
+        ("g2 BK128 s3", "gemm2", dict(BLOCK_SIZE_K=128, num_stages=3)),
+    ]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
