@@ -565,6 +565,18 @@ ROUNDS["s22band2"] = [   # session 22 (H100), after s22band shipped the banded G
         ("g2 BK128 s3", "gemm2", dict(BLOCK_SIZE_K=128, num_stages=3)),
     ]),
 ]
+ROUNDS["s22band3"] = [   # session 22 (H100), after s22band2 shipped fp8_block T=4096 GEMM2 x16 of BN 64 banded
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 x8", "gemm2", dict(A_RESIDENT=8)),
+        ("g2 x32", "gemm2", dict(A_RESIDENT=32)),
+        ("g2 s4", "gemm2", dict(num_stages=4)),
+        ("g2 BK64 s4", "gemm2", dict(BLOCK_SIZE_K=64, num_stages=4)),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g2 BN64 x16", "gemm2", dict(BLOCK_SIZE_N=64, A_RESIDENT=16)),
+        ("g2 BN64 x16 s4", "gemm2", dict(BLOCK_SIZE_N=64, A_RESIDENT=16, num_stages=4)),
+    ], "fp8_block"),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
