@@ -577,6 +577,23 @@ ROUNDS["s22band3"] = [   # session 22 (H100), after s22band2 shipped fp8_block T
         ("g2 BN64 x16 s4", "gemm2", dict(BLOCK_SIZE_N=64, A_RESIDENT=16, num_stages=4)),
     ], "fp8_block"),
 ]
+_G2_BF16 = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=8, num_stages=4,
+                A_RESIDENT=16, **_RES)
+ROUNDS["s22h200"] = [   # session 22 (H200): the banded A-resident GEMM2 (H100: T=16384 since session 14, T=4096 since
+    # s22band*) on the H200, whose deepseek tp8 files never had it (so its T=16384 ran the fixed-order reduce)
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [
+        ("g2 H100 x16 BN64 band", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, num_warps=8,
+                                                num_stages=3, A_RESIDENT=16, **_RES)),
+        ("g2 x8 BN128 band", "gemm2", dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, num_warps=8,
+                                           num_stages=3, A_RESIDENT=8, **_RES)),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g2 H100 x16 BN64 band", "gemm2", _G2_BF16)]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g2 x16 BN64 band", "gemm2", dict(A_RESIDENT=16, BAND_MAJOR=True)),
+        ("g2 H100 x8 BN128 band", "gemm2", dict(BLOCK_SIZE_N=128, num_stages=3, A_RESIDENT=8, BAND_MAJOR=True)),
+    ], "fp8_block"),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 H100 x16 BN64 band", "gemm2", dict(A_RESIDENT=16, BAND_MAJOR=True))]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
