@@ -594,6 +594,13 @@ ROUNDS["s22h200"] = [   # session 22 (H200): the banded A-resident GEMM2 (H100: 
     ], "fp8_block"),
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 H100 x16 BN64 band", "gemm2", dict(A_RESIDENT=16, BAND_MAJOR=True))]),
 ]
+ROUNDS["s22h200p"] = [   # session 22 (H200): the H100's persistent wins of sessions 18-21 on the H200's files (h200p1 plus
+    # the two session-21 entries)
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g2 P1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True))]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
