@@ -601,6 +601,26 @@ ROUNDS["s22h200p"] = [   # session 22 (H200): the H100's persistent wins of sess
     ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
     ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
 ]
+def _rs(bm, bn, w, st, n):   # an A-resident banded GEMM2 entry
+    return dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, num_warps=w, num_stages=st, A_RESIDENT=n, **_RES)
+
+
+ROUNDS["s22qres"] = [   # session 22 (H100): the A-resident GEMM2 in 1024-column bands at qwen3 (K = 768: 3 chunks of
+    # 256), whose T=16384 output (67 MB) is past the L2 as deepseek's is; last tried m-major, before the atomic k-sum
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g2 res 128x128 s2 x8", "gemm2", _rs(128, 128, 8, 2, 8)),
+        ("g2 res 128x64 s3 x16", "gemm2", _rs(128, 64, 8, 3, 16)),
+        ("g2 res 64x128 w4 s3 x8", "gemm2", _rs(64, 128, 4, 3, 8)),
+    ], "fp8_channel"),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g2 res 128x64 s3 x16", "gemm2", _rs(128, 64, 8, 3, 16))],
+     "int8_channel"),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g2 res 64x64 w4 s3 x16", "gemm2", _rs(64, 64, 4, 3, 16)),
+        ("g2 res 64x64 w8 s2 x16", "gemm2", _rs(64, 64, 8, 2, 16)),
+    ]),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g2 res 128x64 s3 x16", "gemm2", _rs(128, 64, 8, 3, 16))],
+     "fp8_channel"),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
