@@ -629,6 +629,10 @@ ROUNDS["s22qres2"] = [   # session 22 (H100): s22qres's entries all failed (shar
      "int8_channel"),
     ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g2 res 64x32 w4 s2 x32", "gemm2", _rs(64, 32, 4, 2, 32))]),
 ]
+ROUNDS["s22ds16k"] = [   # session 22 (H100): the banded GEMM2 of deepseek tp8 T=16384 at 64-row tiles (T=4096 bf16: equal)
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 BM64", "gemm2", dict(BLOCK_SIZE_M=64))]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 BM64", "gemm2", dict(BLOCK_SIZE_M=64))], "fp8_block"),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
