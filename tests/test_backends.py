@@ -459,14 +459,15 @@ def test_triton_reduce_rule():
     assert reduce_rule(qw, cpu, 16384) == "deterministic"
     assert reduce_rule(get_preset("qwen3-30b-a3b").to_config(dtype="float32"), h100, 16384) == "deterministic"
     # past the y bound only with a GEMM2 config that walks the output in column bands (A-resident
-    # BAND_MAJOR), as the shipped H100 deepseek T=16384 entries do
+    # BAND_MAJOR), as the shipped H100 deepseek T=4096 / 16384 entries do
     band = dict(A_RESIDENT=16, BAND_MAJOR=True)
     assert reduce_rule(ds, h100, 16384, band) == "atomic_out"
     assert reduce_rule(ds, h100, 16384, dict(band, A_RESIDENT=0)) == "deterministic"
     assert reduce_rule(ds, cpu, 16384, band) == "deterministic"
     for scheme in ("none", "fp8_block"):
-        line = _variants(ds, QuantScheme.parse(scheme), h100)["T=16384"]
-        assert "column-band-major" in line and "atomic adds into the output" in line, line
+        for T in ("T=4096", "T=16384"):
+            line = _variants(ds, QuantScheme.parse(scheme), h100)[T]
+            assert "column-band-major" in line and "atomic adds into the output" in line, (T, line)
     rep = _variants(qw, QuantScheme(), h100)
     assert "atomic adds into the output (measured faster here" in rep["T=16384"]
     assert "atomic" not in rep["T=256"] and "GEMM2 and the reduce" in rep["T=256"]

@@ -142,7 +142,8 @@ def prefill_pdl_bound(config: MoEConfig, T: int) -> bool:
 # follows a zeroing of the output) and up to ATOMIC_OUT_MAX_Y elements of y, or past that when
 # GEMM2's launch config walks the output in column bands (A-resident BAND_MAJOR: the band being
 # added to stays in L2): deepseek-v3 tp8 T=16384 with 1024-column bands, bf16 3956.4 -> 3625.7 us,
-# fp8_block 3092.3 -> 2777.7 (the shipped H100 entries; docs/BENCHMARKS.md, fourteenth section).
+# fp8_block 3092.3 -> 2777.7 (the shipped H100 entries; docs/BENCHMARKS.md, fourteenth section; the
+# H200's since the twenty-second: bf16 3744 -> 3506, fp8_block 2795 -> 2472).
 ATOMIC_OUT_MIN_M = 64
 ATOMIC_OUT_MAX_Y = 1 << 29
 

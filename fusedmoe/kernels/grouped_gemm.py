@@ -53,7 +53,8 @@ PERSISTENT, RESCALE are then ignored): the A-resident kernel, one program per (m
 column tiles), see ``_moe_gemm2_resident_kernel``. BAND_MAJOR (with A_RESIDENT): programs
 take every m-block of a band of n column tiles before the next band, so that with an atomic
 k-sum the band of the output being added to stays in L2 (H100 deepseek-v3 tp8 T=16384, bands
-of 1024 columns: bf16 3956 -> 3626 us with 'atomic_out', where m-major atomics lost).
+of 1024 columns: bf16 3956 -> 3626 us with 'atomic_out', where m-major atomics lost; T=4096,
+whose 58 MB output is also past the L2: bf16 1492 -> 1401, fp8_block 939 -> 864).
 BAND_N = b (the tiled kernel, one tile a program or persistent): the same order for its tiles,
 bands of b column tiles (H100, scripts/gpu_tile_ab.py s15band: no gain on qwen3 / Mixtral at
 T=16384, e.g. qwen3 fp8_channel 1713 -> 1806-1810 us; shipped nowhere). MASK_A (the tiled
