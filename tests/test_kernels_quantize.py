@@ -543,3 +543,48 @@ def test_quant_launch_spec_is_the_wrappers_launch(method, group, pow2):
     assert_same(s, want[1][1])
     with pytest.raises(AssertionError):
         kq.quant_launch(xs[0][:0], q, s, method)
+
+
+# ----------------------------------------------------------------------------- regroup_pow2
+@pytest.mark.parametrize("T,K,g", [(1, 768, 256), (7, 768, 128), (33, 200, 128), (64, 256, 256), (5, 100, 32)])
+def test_regroup_pow2_matches_reference(T, K, g):
+    # fp8 h in 1 x g groups with power-of-two scales (GEMM1's epilogue under FUSEDMOE_H_QUANT=pow2)
+    # moved in place onto one power-of-two scale a row: bitwise the reference, including a NaN
+    # row (scale NaN, codes kept), a row with one group 1e-4 times smaller (codes into e4m3's
+    # subnormals), an all-zero group, and K not a multiple of g (a partial last group)
+    torch.manual_seed(T * 1000 + K + g)
+    x = torch.randn(T, K) * torch.rand(T, 1) * 20
+    if T >= 4:
+        x[1, 3] = float("nan")
+        x[2, :g] *= 1e-4
+        x[3, g:] = 0.0
+    q, gs = ref.quant_fp8_group(x, g, pow2=True)
+    want_q, want_s = ref.regroup_pow2(q, gs, g)
+    got_q = q.to(DEVICE).clone()
+    got_q2, got_s = kq.regroup_pow2(got_q, gs.to(DEVICE).clone(), g)
+    assert got_q2.data_ptr() == got_q.data_ptr()                      # in place
+    assert_same(got_q.cpu(), want_q)
+    assert_same(got_s.cpu(), want_s)
+    ok = ~torch.isnan(x).any(dim=1)
+    # the row scale is the per-token scale rounded up to a power of two ...
+    tok = ref.e8m0_to_float(ref.float_to_e8m0(x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / ref.FP8_MAX))
+    assert torch.equal(want_s[ok], tok[ok])
+    if T >= 4:
+        assert torch.isnan(want_s[1]).all()
+    # ... and the codes are that quantization's, but for codes in e4m3's subnormals (rounded twice)
+    direct = ref._to_fp8(x / tok)
+    differ = (direct.view(torch.uint8) != want_q.view(torch.uint8)) & ok[:, None]
+    assert (direct.float().abs()[differ] <= 2.0 ** -6).all()
+    # the moved values: within half an ulp of e4m3 (relative 2^-4) of x / scale where normal
+    deq = want_q.float() * want_s
+    normal = ok[:, None] & ((x / tok).abs() >= 2.0 ** -6)
+    assert ((deq - x).abs()[normal] <= (x.abs() * 2.0 ** -4)[normal] + 1e-30).all()
+
+
+def test_regroup_pow2_empty_and_bad_input():
+    q = torch.empty(0, 256, dtype=torch.float8_e4m3fn, device=DEVICE)
+    q2, s = kq.regroup_pow2(q, torch.empty(0, 2, device=DEVICE), 128)
+    assert q2.shape == (0, 256) and s.shape == (0, 1)
+    with pytest.raises(AssertionError):       # the group must be a power of two and match G
+        kq.regroup_pow2(torch.zeros(2, 256, device=DEVICE).to(torch.float8_e4m3fn),
+                        torch.ones(2, 3, device=DEVICE), 96)
