@@ -146,15 +146,13 @@ def w8a8_decode() -> str:
 
 
 def h_quant() -> str:
-    """FUSEDMOE_H_QUANT: 'kernel', 'epilogue', 'pow2', or '' when unset (the backend's default
-    per scheme, ``backends/triton.py h_epilogue_on`` / ``h_pow2_on``); a clear error otherwise."""
+    """FUSEDMOE_H_QUANT: 'kernel', 'epilogue', or '' when unset (the backend's default per
+    scheme, ``backends/triton.py h_epilogue_on``); a clear error otherwise."""
     v = os.environ.get("FUSEDMOE_H_QUANT", "").strip().lower()
-    if v not in ("", "epilogue", "kernel", "pow2"):
-        raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue', 'kernel' or 'pow2'",
+    if v not in ("", "epilogue", "kernel"):
+        raise ConfigError("FUSEDMOE_H_QUANT", v, "'epilogue' or 'kernel'",
                           "unset it (the default per scheme), or set FUSEDMOE_H_QUANT=kernel (16-bit h, then the "
-                          "scheme's own quantization kernel), =epilogue (GEMM1 writes fp8 h with 1 x g group scales) "
-                          "or =pow2 (fp8_channel: GEMM1 writes fp8 h in groups with power-of-two scales, a small "
-                          "kernel moves each row onto one power-of-two scale)")
+                          "scheme's own quantization kernel) or =epilogue (GEMM1 writes fp8 h with 1 x g group scales)")
     return v
 
 

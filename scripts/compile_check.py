@@ -260,22 +260,6 @@ def epilogue_cases() -> list:
                          config=dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, GROUP_SIZE_M=8,
                                      num_warps=w, num_stages=st))
             out.append((f"epilogue gemm1 fp8_channel {bm}x{bn}", captured[0]))
-        # FUSEDMOE_H_QUANT=pow2: one group a tile (BLOCK_SIZE_N), power-of-two scales; the shipped
-        # H100 qwen3 fp8_channel GEMM1 tiles of T=4096 (64x256 w8 s3) and T=16384 (128x128 w8 s4)
-        for bm, bn, w, st in ((64, 256, 8, 3), (128, 128, 8, 4)):
-            captured.clear()
-            gg.gemm1_act(torch.empty(T, H, dtype=fp8), torch.empty(E, 2 * I, H, dtype=fp8), align, k, "silu",
-                         torch.empty(n, I, dtype=fp8), out_group=bn, out_scale=torch.empty(n, I // bn), out_pow2=True,
-                         a_scale=torch.empty(T, 1), b_scale=torch.empty(E, 2 * I), **ch,
-                         config=dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, GROUP_SIZE_M=8,
-                                     num_warps=w, num_stages=st, USE_TMA=True, PERSISTENT=1))
-            out.append((f"pow2 gemm1 fp8_channel {bm}x{bn}", captured[0]))
-        from fusedmoe.kernels import quantize as qk
-        for g in (256, 128):
-            kern, grid, args, cx, *rest = qk.regroup_pow2_spec(torch.empty(n, I, dtype=fp8), torch.empty(n, I // g),
-                                                               torch.empty(n, 1), g, pdl=True)
-            out.append((f"pow2 regroup g{g} pdl", (kern, grid, (args[0], args[0]) + tuple(args[2:]),
-                                                    dict(cx, BITWISE_FP8=False), *rest)))
         for bm, w, st in ((128, 8, 4), (64, 4, 2)):
             captured.clear()
             gg.gemm2(torch.empty(n, I, dtype=fp8), torch.empty(E, H, I, dtype=fp8), align, torch.empty(T, k),

@@ -345,46 +345,8 @@ def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
         pe = build("triton", cfg, w)
         assert pe.kernel.experts._h_epilogue(c1, c2) == (128 if scheme == "fp8_block" else 0)
     monkeypatch.setenv("FUSEDMOE_H_QUANT", "fast")
-    with pytest.raises(ValueError, match="FUSEDMOE_H_QUANT='fast'.*accepted: 'epilogue', 'kernel' or 'pow2'"):
+    with pytest.raises(ValueError, match="FUSEDMOE_H_QUANT='fast'.*accepted: 'epilogue' or 'kernel'"):
         build("triton", cfg, w)
-
-
-@pytest.mark.parametrize("I_,bn", [(192, 128), (256, 64)])
-def test_triton_h_pow2_regrouped(mk, monkeypatch, I_, bn):
-    # FUSEDMOE_H_QUANT=pow2 (fp8_channel): GEMM1's epilogue writes fp8 h in 1 x BLOCK_SIZE_N groups
-    # with power-of-two scales, regroup_pow2 moves each row onto its largest: per-token fp8 with
-    # the scale rounded up to a power of two. Matches the per-token reference within fp8's
-    # tolerance and the 'kernel' path within fp8 noise (I = 192: a partial second group); a NaN
-    # token stays in its row; the report and the workspace say so; other schemes ignore it.
-    from fusedmoe.backends.triton import _variants
-    from fusedmoe.tuning import override
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = mk.config(E=8, k=2, H=256, I=I_, dtype="float32")
-    w = mk.weights(cfg, "fp8_channel", seed=71).to(dev)
-    x, logits = mk.x(cfg, 23, seed=72).to(dev), mk.logits(cfg, 23, seed=73).to(dev)
-    c1 = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=64, GROUP_SIZE_M=2, num_warps=4, num_stages=2)
-    c2 = dict(c1, BLOCK_SIZE_N=32)
-    outs = {}
-    for mode in ("kernel", "pow2"):
-        monkeypatch.setenv("FUSEDMOE_H_QUANT", mode)
-        with override((c1, c2)):
-            pe = build("triton", cfg, w)
-            ex = pe.kernel.experts
-            assert ex._h_pow2(c1) == (bn if mode == "pow2" else 0) and ex._h_epilogue(c1, c2) == 0
-            assert pe.h_group(23) is None                    # per token, as the scheme's rule
-            assert ("h_rscale" in ex.workspace(23, 2).buffers) == (mode == "pow2")
-            outs[mode] = check(pe, cfg, w, x, logits)[0]
-            xn = x.clone()
-            xn[3, 7] = float("nan")
-            res = route(logits, cfg.top_k, cfg.routing)
-            out = pe(xn, res.topk_weights, res.topk_ids)
-            assert torch.isnan(out[3]).all() and torch.isfinite(out[torch.arange(23) != 3]).all()
-            line = _variants(cfg, w.scheme, Platform.current())["T=1024"]
-            assert ("power-of-two scale a token (FUSEDMOE_H_QUANT=pow2)" in line) == (mode == "pow2"), line
-    assert 0 < rel_error(outs["pow2"], outs["kernel"]) < 6e-2
-    wi = mk.weights(cfg, "int8_channel", seed=71).to(dev)         # fp8_channel only
-    with override((c1, c2)):
-        assert build("triton", cfg, wi).kernel.experts._h_pow2(c1) == 0
 
 
 @pytest.mark.parametrize("scheme", ["none", "fp8_channel"])

@@ -202,22 +202,6 @@ def h_epilogue_on(scheme, h_quant: str) -> bool:
     return scheme.method == QuantMethod.FP8_CHANNEL and h_quant == "epilogue"
 
 
-def h_pow2_on(scheme, h_quant: str) -> bool:
-    """Whether fp8_channel's h leaves GEMM1's epilogue in fp8 with power-of-two group scales and
-    a small kernel (``quantize.regroup_pow2``) puts each row on one power-of-two scale, for
-    FUSEDMOE_H_QUANT = ``h_quant`` ('pow2'): per-token fp8 with the scale rounded up to a power
-    of two (the same relative precision in e4m3's normal range; codes in its subnormals round
-    twice). Moves 8-bit h where 'kernel' writes 16-bit h and reads it back."""
-    return scheme.method == QuantMethod.FP8_CHANNEL and h_quant == "pow2"
-
-
-def h_pow2_group(c1: dict) -> int:
-    """The group of ``h_pow2_on``'s epilogue: one group a GEMM1 tile (its BLOCK_SIZE_N, a power
-    of two), so each tile finds its rows' maxima once (the epilogue's one-group path)."""
-    bn = c1["BLOCK_SIZE_N"]
-    return bn if bn & (bn - 1) == 0 else 0
-
-
 def h_epilogue_group(scheme, c1: dict, c2: dict) -> int:
     """1 x g groups GEMM1's epilogue can quantize h in for these launch configs, 0 if none:
     fp8_block g = bk, fp8_channel g = H_GROUP_CHANNEL; GEMM1's BLOCK_SIZE_N a multiple of g
@@ -323,7 +307,6 @@ class TritonExperts(Experts):
         # GEMM2's input h quantized in GEMM1's epilogue (FUSEDMOE_H_QUANT, fp8_block /
         # fp8_channel): no 16-bit h round trip, no requantization kernel (_h_epilogue)
         self.h_epilogue = h_epilogue_on(self.scheme, env.h_quant())  # (read, and checked, whatever the scheme)
-        self.h_pow2 = h_pow2_on(self.scheme, env.h_quant())
 
     def reduce_for(self, T: int, c2: dict | None = None) -> str:
         """How a grouped-path call of T tokens sums each token's k slots after GEMM2:
@@ -351,11 +334,6 @@ class TritonExperts(Experts):
         launch configs (0: a kernel after it does): ``h_epilogue_group``."""
         return h_epilogue_group(self.scheme, c1, c2) if self.h_epilogue else 0
 
-    def _h_pow2(self, c1: dict) -> int:
-        """The group GEMM1's epilogue quantizes h in with power-of-two scales before the
-        per-row regrouping (FUSEDMOE_H_QUANT=pow2, ``h_pow2_on``); 0: not this path."""
-        return h_pow2_group(c1) if self.h_pow2 and self.weights.a2_scale is None else 0
-
     def h_group(self, T: int):
         """1 x g: a call of T tokens quantizes GEMM2's input h in fp8 1 x g groups where the
         scheme's own rule differs (fp8_channel: per token), i.e. matches
@@ -371,7 +349,7 @@ class TritonExperts(Experts):
         else:
             c1, c2 = self.configs(M)
             key = (M, topk, align_bm(c1, c2), c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
-                   self._h_pow2(c1), self.reduce_for(M, c2))                          # all it depends on
+                   self.reduce_for(M, c2))                                            # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -396,12 +374,9 @@ class TritonExperts(Experts):
                 "ntpp": ((1,), torch.int32), "h": ((M * topk, c.intermediate_size), dt),
                 "out": ((M, c.hidden_size), dt)}
         g = self._h_epilogue(c1, c2)
-        gp = self._h_pow2(c1)
-        if g or gp:   # h fp8 with its group scales, written by GEMM1
+        if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
-            bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // (g or gp))), torch.float32)
-        if gp:        # ... and the row scales the regrouping puts them on
-            bufs["h_rscale"] = ((M * topk, 1), torch.float32)
+            bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
         y = gemm2_workspace_spec(M, topk, c.hidden_size, c2, self.reduce_for(M, c2), dt)
         if y is not None:
             bufs["y"] = y
@@ -617,15 +592,6 @@ class TritonExperts(Experts):
                 # in place, kernels/grouped_gemm.py) unless the tuned config says otherwise
                 a_group = g
                 c2 = dict(c2, RESCALE=c2.get("RESCALE", True))
-        elif self._h_pow2(c1):
-            # fp8_channel, FUSEDMOE_H_QUANT=pow2: fp8 h with power-of-two scales a tile, then
-            # each row moved onto its largest (8-bit h both ways, no 16-bit round trip)
-            from ..kernels.quantize import regroup_pow2
-            gp = self._h_pow2(c1)
-            h, gs = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
-                              config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl,
-                              out_group=gp, out_scale=ws["h_scale"], out_pow2=True, **q)
-            h, h_scale = regroup_pow2(h, gs, gp, out_scale=ws["h_rscale"], pdl=pdl)
         else:
             h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
                           config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
@@ -715,9 +681,6 @@ def _variants(config, quant, platform):
         hq = (f"; h quantized in GEMM1's epilogue (fp8, 1 x {g} groups"
               + (", finer than the scheme's per-token rule" if quant.method == QuantMethod.FP8_CHANNEL else "")
               + "; FUSEDMOE_H_QUANT)") if g else ""
-        gp = h_pow2_group(c1) if h_pow2_on(quant, env.h_quant()) else 0
-        hq += (f"; h quantized in GEMM1's epilogue (fp8, 1 x {gp} groups with power-of-two scales), then "
-               "moved onto one power-of-two scale a token (FUSEDMOE_H_QUANT=pow2)") if gp else ""
         from ..kernels.grouped_gemm import mask_a_rule
         masked = [name for name, cg in (("GEMM1", c1), ("GEMM2", c2)) if not cg.get("A_RESIDENT")
                   and mask_a_rule(cg, T * config.top_k, config.num_local_experts, cg["BLOCK_SIZE_M"])]

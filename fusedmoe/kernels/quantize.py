@@ -11,7 +11,6 @@ I otherwise), E_loc local experts, T_max rows per expert in the batched format.
 | quant_fp8_group     | (fp8 [..., K], fp32 [..., G])              | amax(1 x g group) / 448      |
 | quant_int8_token    | (int8 [..., K], fp32 [..., 1])             | amax(row) / 127              |
 | act_and_quant       | (fp8|int8 [M, I], fp32 [M,1]/[M,G]/[1])    | token / group / static       |
-| regroup_pow2        | (fp8 [T, K] in place, fp32 [T, 1])         | max of its pow2 group scales |
 
 Rules shared with the reference (see its docstring): dynamic scales use max(amax, 1e-12);
 an amax over a group holding NaN or +-Inf is NaN, so the whole group dequantizes to NaN;
@@ -45,7 +44,7 @@ except ImportError:  # pragma: no cover - traced only with PDL on, which needs t
     gdc_launch_dependents = gdc_wait = None
 
 __all__ = ["FP8_MAX", "INT8_MAX", "quant_fp8_tensor", "quant_fp8_token", "quant_fp8_group",
-           "quant_int8_token", "act_and_quant", "regroup_pow2"]
+           "quant_int8_token", "act_and_quant"]
 
 FP8_MAX = 448.0
 INT8_MAX = 127.0
@@ -633,73 +632,6 @@ def quant_launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, method: str,
         return _group_spec(x, q, s, group, pow2, pdl=pdl)
     assert method in ("fp8_channel", "int8_channel"), method
     return _rows_spec(x, q, s, "token", "fp8" if method == "fp8_channel" else "int8", None, pdl=pdl)
-
-
-@triton.jit
-def _regroup_pow2_kernel(q_ld_ptr, q_st_ptr, gs_ptr, rs_ptr, T, K, G, stride_qm, stride_gm, stride_rm,
-                         GROUP: tl.constexpr, G_P2: tl.constexpr, ROWS: tl.constexpr,
-                         BITWISE_FP8: tl.constexpr, PDL: tl.constexpr = False):
-    """Rows [i*ROWS, (i+1)*ROWS) of fp8 q [T, K], quantized in 1 x GROUP groups with
-    power-of-two scales gs [T, G], moved in place onto one power-of-two scale a row:
-    rs[r] = max_g gs[r, g]. A group on a smaller scale is divided by rs / gs, an exact power
-    of two, so a code changes only by its exponent unless it falls into e4m3's subnormals
-    (then it rounds to nearest even there). Groups already on rs are neither loaded nor
-    stored. A row with a NaN group scale (a group held NaN / Inf) gets rs = NaN and keeps its
-    codes: it dequantizes to NaN, as the per-token quantizer's would. q_ld / q_st: the same
-    memory, as fp8 to load and as its store type (uint8 bits under the interpreter)."""
-    if PDL:
-        gdc_launch_dependents()
-        gdc_wait()
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)                          # [R]
-    row_ok = rows < T
-    r64 = rows.to(tl.int64)
-    g = tl.arange(0, G_P2)
-    gs = tl.load(gs_ptr + r64[:, None] * stride_gm + g[None, :], mask=row_ok[:, None] & (g[None, :] < G),
-                 other=0.0)                                                       # [R, G_P2]
-    nan_row = tl.max((gs != gs).to(tl.int32), axis=1) > 0
-    rs = tl.where(nan_row, float("nan"), tl.max(tl.where(gs != gs, 0.0, gs), axis=1))   # [R]
-    tl.store(rs_ptr + r64 * stride_rm, rs, mask=row_ok)
-    j = tl.arange(0, GROUP)
-    for gi in range(0, G):
-        s_g = tl.load(gs_ptr + r64 * stride_gm + gi, mask=row_ok, other=0.0)        # [R]
-        cols = gi * GROUP + j
-        m = (row_ok & (s_g < rs))[:, None] & (cols < K)[None, :]                     # NaN: False
-        offs = r64[:, None] * stride_qm + cols[None, :]
-        code = tl.load(q_ld_ptr + offs, mask=m, other=0.0).to(tl.float32)
-        tl.store(q_st_ptr + offs, _quantize(code, (rs / s_g)[:, None], "fp8", BITWISE_FP8), mask=m)
-
-
-def regroup_pow2_spec(q: torch.Tensor, group_scale: torch.Tensor, row_scale: torch.Tensor, group: int,
-                      pdl: bool = False):
-    """The launch spec of ``regroup_pow2`` (None for no rows)."""
-    T, K = q.shape
-    G = group_scale.shape[-1]
-    assert q.dtype == torch.float8_e4m3fn and q.stride(-1) == 1, "q: fp8 [T, K] with unit last stride"
-    assert group & (group - 1) == 0 and G == cdiv(K, group), (group, G, K)
-    assert group_scale.shape[0] == T and row_scale.numel() == T and group_scale.stride(-1) == 1
-    if T == 0:
-        return None
-    rows = max(1, min(64, 4096 // group))                 # ~4K codes a group step of a program
-    return (_regroup_pow2_kernel, (cdiv(T, rows),),
-            (q, _q_arg(q), group_scale, row_scale.view(T, -1), T, K, G, q.stride(0), group_scale.stride(0),
-             row_scale.view(T, -1).stride(0)),
-            dict(GROUP=group, G_P2=next_power_of_2(G), ROWS=rows, BITWISE_FP8=_bitwise_fp8(q), PDL=pdl),
-            4, None, pdl)
-
-
-def regroup_pow2(q: torch.Tensor, group_scale: torch.Tensor, group: int, *,
-                 out_scale: Optional[torch.Tensor] = None, pdl: bool = False) -> tuple:
-    """fp8 q [T, K] in 1 x ``group`` groups with power-of-two scales (``quant_fp8_group(...,
-    pow2=True)``, or GEMM1's epilogue) -> (q, fp32 [T, 1]): the same values per token on one
-    power-of-two scale (the largest of the row's), rewritten IN PLACE. Equal to
-    ``quant_fp8_token`` with its scale rounded up to a power of two, except that a code landing
-    in e4m3's subnormals is rounded twice (``fusedmoe.reference.quant.regroup_pow2``). ``group``
-    a power of two."""
-    rs = out_scale if out_scale is not None else torch.empty(q.shape[0], 1, dtype=torch.float32, device=q.device)
-    spec = regroup_pow2_spec(q, group_scale, rs, group, pdl)
-    if spec is not None:
-        launch(*spec)
-    return q, rs
 
 
 def act_and_quant(h: torch.Tensor, activation, mode: str = "token", group: int = 128, *,

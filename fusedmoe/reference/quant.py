@@ -47,7 +47,7 @@ __all__ = [
     "FP8_MAX", "INT8_MAX", "E2M1_GRID", "E2M1_MAX",
     "float_to_e2m1", "e2m1_to_float", "pack_uint4", "unpack_uint4", "float_to_e8m0", "e8m0_to_float",
     "quant_fp8_tensor", "dequant_fp8_tensor", "quant_fp8_token", "dequant_fp8_token",
-    "quant_fp8_group", "dequant_fp8_group", "regroup_pow2", "quant_int8_token", "dequant_int8_token",
+    "quant_fp8_group", "dequant_fp8_group", "quant_int8_token", "dequant_int8_token",
     "quant_nvfp4", "dequant_nvfp4", "fake_quant_activation",
     "quantize_weight", "dequantize_weight",
 ]
@@ -240,21 +240,6 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False):
 def dequant_fp8_group(q: torch.Tensor, scale: torch.Tensor, group: int = 128) -> torch.Tensor:
     """(fp8 [T, K], fp32 [T, ceil(K/group)]) -> fp32 [T, K]."""
     return q.float() * _expand_groups(scale, group, q.shape[-1])
-
-
-def regroup_pow2(q: torch.Tensor, group_scale: torch.Tensor, group: int = 128):
-    """fp8 [T, K] in 1 x group groups with power-of-two scales [T, G] (``quant_fp8_group(...,
-    pow2=True)``) -> (fp8 [T, K], fp32 [T, 1]): the same values on one power-of-two scale a
-    row, the largest group scale. A group on a smaller scale is divided by the ratio (a power
-    of two: exact, except that codes falling into e4m3's subnormals round there). A row holding
-    a NaN scale gets a NaN scale and keeps its codes. Equal to per-token quantization with the
-    scale rounded up to a power of two, but for those subnormal codes (rounded twice)."""
-    nan_row = torch.isnan(group_scale).any(dim=-1, keepdim=True)                 # [T, 1]
-    rs = torch.where(nan_row, _NAN, torch.nan_to_num(group_scale, nan=0.0).amax(dim=-1, keepdim=True))
-    ratio = _expand_groups(group_scale, group, q.shape[-1]) / rs                 # [T, K], powers of two <= 1
-    move = ratio < 1                                                             # NaN: False
-    moved = _to_fp8(q.float() * torch.where(move, ratio, 1.0))
-    return torch.where(move, moved.view(torch.uint8), q.view(torch.uint8)).view(torch.float8_e4m3fn), rs
 
 
 def quant_int8_token(x: torch.Tensor):
