@@ -20,9 +20,13 @@ its wait. This probe measures, on one dense C = sum_g (A_g B_g^T) sa[m, g] sb[n 
              (not rerun yet); still off by default: --variants gl_async2, under a timeout.
   gl_sync    the same as gl_async with a synchronous dot (the promotion after it, tensor cores idle).
   gl_plain   no scales: acc += A_g B_g^T asynchronously, one dot in flight (the upper bound).
-  gl_ws      (session 21; compiled, NOT RUN yet: --variants gl_ws,gl_ws_plain under a timeout)
+  gl_ws      (session 21; run in session 22: docs/bench_h100_s22_gluon_ws_probe.txt)
              warp-specialized: a 1-warp TMA producer and two 64-row consumer warpgroups that
              share no barrier, so one's promotion overlaps the other's dot (DeepGEMM's design).
+             H100: the fastest scaled variant at N = 2048 (296 us vs tl_group's best 318), but
+             at deepseek's GEMM1 shape N = 512 only even with tl_group at the same tile (198 vs
+             202) and slower than tl_group at 64 x 128, 4 warps, 3 stages (183: two CTAs an SM).
+             gl_ws_plain is behind tl_plain too (262 / 181 vs 212 / 122 us).
   gl_ws_plain  the same without scales.
   tl_group   triton: acc += tl.dot(a, b) * scales (the classic form), TMA descriptors.
   tl_plain   triton without scales.
