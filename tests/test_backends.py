@@ -468,6 +468,13 @@ def test_triton_reduce_rule():
         for T in ("T=4096", "T=16384"):
             line = _variants(ds, QuantScheme.parse(scheme), h100)[T]
             assert "column-band-major" in line and "atomic adds into the output" in line, (T, line)
+    # the H200 files: banded at T=16384 (both schemes) and fp8_block's T=4096; bf16 T=4096 kept its
+    # tiled GEMM2 (the bands lost there), atomic within the y bound all the same
+    h200 = Platform.preset("h200")
+    for scheme, T, banded in (("none", "T=16384", True), ("fp8_block", "T=16384", True),
+                              ("fp8_block", "T=4096", True), ("none", "T=4096", False)):
+        line = _variants(ds, QuantScheme.parse(scheme), h200)[T]
+        assert ("column-band-major" in line) == banded and "atomic adds into the output" in line, (scheme, T, line)
     rep = _variants(qw, QuantScheme(), h100)
     assert "atomic adds into the output (measured faster here" in rep["T=16384"]
     assert "atomic" not in rep["T=256"] and "GEMM2 and the reduce" in rep["T=256"]
