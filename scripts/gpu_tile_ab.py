@@ -601,8 +601,8 @@ ROUNDS["s22h200p"] = [   # session 22 (H200): the H100's persistent wins of sess
     ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
     ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
 ]
-def _rs(bm, bn, w, st, n):   # an A-resident banded GEMM2 entry
-    return dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, num_warps=w, num_stages=st, A_RESIDENT=n, **_RES)
+def _rs(bm, bn, w, st, n):   # an A-resident banded GEMM2 entry (_res in bands)
+    return dict(_res(bm, bn, n, w, st), **_RES)
 
 
 ROUNDS["s22qres"] = [   # session 22 (H100): the A-resident GEMM2 in 1024-column bands at qwen3 (K = 768: 3 chunks of
