@@ -393,26 +393,41 @@ def _decode_gemm1_kernel(
     N_OUT, K, num_global, E,
     stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha,
+    limit, alpha, n_items,
     TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, PERSIST: tl.constexpr = False,
 ):
-    """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2, or the
-    requantization of h) launch as soon as every program of this grid runs. PDL_WAIT: this
-    grid is itself a programmatic dependent of the kernel that wrote x (the quantization of
-    x): the first weight tile is loaded before waiting for it."""
+    """Grid (N tiles, pairs), or with PERSIST (P,): program p takes items p, p + P, ... of the
+    n_items = N tiles x pairs (item i: N tile i % N tiles of pair i // N tiles), so the grid
+    is resident at once and leaves room on every SM (decode_resident.py). PDL: let a
+    programmatic dependent (GEMM2, or the requantization of h) launch as soon as every
+    program of this grid runs. PDL_WAIT: this grid is itself a programmatic dependent of the
+    kernel that wrote x (the quantization of x): the first weight tile is loaded before
+    waiting for it."""
     if PDL:
         gdc_launch_dependents()
-    _gemm1_item(tl.program_id(0), tl.program_id(1).to(tl.int64), x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr,
-                b_scale_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
-                stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
-                stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-                limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N, GROUP_K,
-                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0)
+    if PERSIST:
+        n_tiles = tl.cdiv(N_OUT, BLOCK_N)
+        for item in range(tl.program_id(0), n_items, tl.num_programs(0)):
+            _gemm1_item(item % n_tiles, (item // n_tiles).to(tl.int64), x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr,
+                        b_scale_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
+                        stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
+                        stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                        limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N,
+                        GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH,
+                        1 if PDL_WAIT else 0)
+    else:
+        _gemm1_item(tl.program_id(0), tl.program_id(1).to(tl.int64), x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr,
+                    b_scale_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
+                    stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
+                    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                    limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N,
+                    GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH,
+                    1 if PDL_WAIT else 0)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -580,7 +595,8 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
                  alpha: float = 1.702, limit: float = 7.0, quant: str = "none",
                  a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
                  block_shape: Optional[tuple] = None, config: Optional[dict] = None,
-                 quantize_a: Optional[str] = None, scale_pow2: bool = False, pdl: bool = False) -> torch.Tensor:
+                 quantize_a: Optional[str] = None, scale_pow2: bool = False, pdl: bool = False,
+                 persist: int = 0) -> torch.Tensor:
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) per pair s (rows of dropped pairs unwritten).
 
     Same operands and conventions as ``grouped_gemm.gemm1_act`` (halves layout, quantized
@@ -603,7 +619,7 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
     launch(*gemm1_launch(x, w13, topk_ids, activation, out, expert_map=expert_map, bias=bias,
                          swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=a_scale,
                          b_scale=b_scale, block_shape=block_shape, config=config, quantize_a=quantize_a,
-                         scale_pow2=scale_pow2, pdl=pdl))
+                         scale_pow2=scale_pow2, pdl=pdl, persist=persist))
     return out
 
 
@@ -614,14 +630,17 @@ GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
 
 def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=None, swiglu_limit=None,
                  alpha=1.702, limit=7.0, quant="none", a_scale=None, b_scale=None, block_shape=None,
-                 config=None, quantize_a=None, scale_pow2=False, pdl=False, pdl_wait=False) -> tuple:
+                 config=None, quantize_a=None, scale_pow2=False, pdl=False, pdl_wait=False,
+                 persist: int = 0) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of
     ``decode_gemm1``'s launch (T > 0, out given): for ``launch(*spec)`` or
     ``launcher.bind(*spec, slots=...)`` (GEMM1_SLOTS; ``topk_ids.view(-1)`` is the ids slot,
     and the map slot when ``expert_map`` is None). ``pdl``: let the next kernel, launched
     with ``pdl`` (``gemm2_launch``), start before this one ends (sm90+). ``pdl_wait``: this
     launch is itself a programmatic dependent of the kernel that wrote x (a quantization
-    launched with ``pdl``): weights first, then x."""
+    launched with ``pdl``): weights first, then x. ``persist`` P > 0: at most P programs an
+    SM, each looping over items (the kernel's PERSIST), so that a GEMM2 launched with
+    ``pdl`` finds room beside it (decode_resident.py)."""
     assert not (pdl_wait and quantize_a is not None), "PDL: x is read after the wait; quantize_a reads it before"
     T, k = topk_ids.shape
     N13, K = w13.shape[1:]
@@ -631,13 +650,16 @@ def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=Non
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         2 if gated else 1, T * k, n_out, K, x, w13, topk_ids, expert_map, bias, quant, a_scale, b_scale,
         block_shape, quantize_a, scale_pow2, config)
-    return (_decode_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), T * k), (
+    n_items = cdiv(n_out, config["BLOCK_N"]) * T * k
+    programs = min(n_items, persist * _num_sms(x.device)) if persist else 0
+    grid = (programs,) if programs else (cdiv(n_out, config["BLOCK_N"]), T * k)
+    return (_decode_gemm1_kernel, grid, (
         x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap,
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
-        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
+        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), n_items,
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, PDL=pdl, PDL_WAIT=pdl_wait,
-            **consts), config.get("num_warps", 4), None, pdl_wait)
+            PERSIST=bool(programs), **consts), config.get("num_warps", 4), None, pdl_wait)
 
 
 def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
