@@ -371,7 +371,7 @@ def resident_cases() -> list:
         else:
             s13, s2 = torch.empty(E, 2 * I), torch.empty(E, H)
         q = dict(quant=quant, block_shape=blk)
-        cfg = dr.resident_config(1, k, H, I, 1, 132, blk[1] if blk else None)
+        cfg = dr.resident_config(1, k, H, I, 1, 132, blk[1] if blk else None, group_n=blk[0] if blk else None)
         cases += [
             (f"resident {name} gemm1 persist2", dk.gemm1_launch(x, w13, ids, "silu", h, b_scale=s13, pdl=True,
                                                                 persist=2, **q)),

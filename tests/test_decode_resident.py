@@ -89,13 +89,15 @@ def test_decode_gemm1_persist_grid():
 
 
 # ------------------------------------------------------------------------------ config rule, variable
-def test_resident_config_rule():
+def test_resident_config_rule(monkeypatch):
+    monkeypatch.delenv("FUSEDMOE_DECODE_RESIDENT_WARPS", raising=False)
     # deepseek-v3 tp8 (H 7168, I 256, 128-wide groups): 64 rows a program (112 programs), 128 KB
-    c = dr.resident_config(1, 8, 7168, 256, 1, 132, 128)
-    assert c == dict(BLOCK_N=64, RB=32, BK=128, TPW_K=8, num_warps=4)
+    c = dr.resident_config(1, 8, 7168, 256, 1, 132, 128, group_n=128)
+    assert c == dict(BLOCK_N=64, RB=32, BK=128, TPW_K=8, num_warps=8)
+    assert dr.resident_config(1, 8, 7168, 256, 1, 132, 128, group_n=16)["RB"] == 16   # within a scale group
     # qwen3 (H 2048, I 768): 16 rows (128 programs), 8 x 16 x 768 = 96 KB, K in 3 chunks of 256
     c = dr.resident_config(1, 8, 2048, 768, 1, 132)
-    assert c == dict(BLOCK_N=16, RB=16, BK=256, TPW_K=16, num_warps=4)
+    assert c == dict(BLOCK_N=16, RB=16, BK=256, TPW_K=16, num_warps=8)
     assert dr.resident_config(1, 8, 2048, 768, 2, 132) is None            # 16-bit weights: not this path
     assert dr.resident_config(1, 8, 7168, 2048, 1, 132) is None           # 8 x 64 x 2048 = 1 MB: too big
     assert dr.resident_config(1, 8, 2048, 770, 1, 132) is None            # no chunk of >= 16 divides K
@@ -151,7 +153,8 @@ def test_gpu_resident_gemm2(name, T, extras):
         kw = dict(expert_map=emap, bias=(_randn(w2.shape[0], H_, seed=60) * 0.5).to(torch.bfloat16),
                   mul_routed_weight=False)
     cfg = dr.resident_config(T, ids.shape[1], H_, I_, 1, torch.cuda.get_device_properties(0).multi_processor_count,
-                             128 if q["quant"] == "block" else None)
+                             128 if q["quant"] == "block" else None,
+                             group_n=128 if q["quant"] == "block" else None)
     assert cfg is not None
     out = torch.full((T, H_), float("nan"), dtype=torch.bfloat16, device=DEV)
     from fusedmoe.kernels.launcher import launch
@@ -184,7 +187,7 @@ def test_gpu_resident_chain_pdl(name, persist):
     b1 = _scales((E_, 2 * I_ // 128, H_ // 128) if block else (E_, 2 * I_), 72)
     x = _randn(1, H_, seed=73).to(torch.bfloat16)
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    cfg = dr.resident_config(1, k, H_, I_, 1, nsm, 128 if block else None)
+    cfg = dr.resident_config(1, k, H_, I_, 1, nsm, 128 if block else None, group_n=128 if block else None)
     h0 = decode_gemm1(x, w13, ids, "silu", quant=quant, b_scale=b1, block_shape=block)
     want = torch.empty(1, H_, dtype=torch.bfloat16, device=DEV)
     launch(*dr.resident_gemm2_launch(h0, w2, ids, tw, want, config=cfg, **q))

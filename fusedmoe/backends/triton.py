@@ -526,7 +526,8 @@ class TritonExperts(Experts):
         T, k = ids.shape
         E, H, K = self.weights.w2.shape
         gk = self.block_shape[1] if self.quant_mode == "block" else None
-        cfg = dr.resident_config(T, k, H, K, 1, _num_sms(x.device), gk)
+        cfg = dr.resident_config(T, k, H, K, 1, _num_sms(x.device), gk,
+                                 group_n=self.block_shape[0] if self.quant_mode == "block" else None)
         return (p, cfg) if cfg is not None else None
 
     def _tc_launches(self, x, h, ids, out, expert_map):

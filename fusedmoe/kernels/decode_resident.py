@@ -40,6 +40,7 @@ try:       # Gluon ships in the triton wheels of 3.4+ (the device's 3.6, the dev
 except ImportError:          # pragma: no cover
     HAS_GLUON = False
 
+from .. import env
 from .launcher import cdiv, next_power_of_2
 
 SMEM_BUDGET = 160 * 1024     # bytes of weights a program may hold (the H100 / H200 have 227 KB a CTA)
@@ -108,34 +109,51 @@ if HAS_GLUON:
             _gdc_wait()
         async_copy.wait_group(0)
         _cta_barrier()
-        # 3. the sums, row block by row block; slots in order
+        # 3. the sums, row block by row block, slots in order. A dropped slot is skipped (its
+        #    rows were not copied). FOLD: every factor of a slot is one number for the row
+        #    block (per-expert scale, the block scale of its 128 x 128 group, the routing
+        #    weight), so it multiplies the h chunk and all slots and chunks share one [RB, BK]
+        #    accumulator, reduced once; per-channel scales or a bias need a sum per slot.
+        FOLD: gl.constexpr = B_SCALE != 2 and not HAS_BIAS
         for rb in range(NR):
             rows = n0 + rb * RB + r
             r_ok = rows < N_OUT
             rows_c = gl.where(r_ok, rows, 0)
+            acc_all = gl.zeros([RB, BK], gl.float32, blk)
             total = gl.zeros([RB], gl.float32, row_l)
             for j in gl.static_range(TOP_K):
                 s = t * TOP_K + j
                 e = _slot_expert(ids_ptr, map_ptr, s, num_global, E, HAS_MAP)
-                e64 = gl.where(e >= 0, e, 0).to(gl.int64)
-                acc = gl.zeros([RB], gl.float32, row_l)
-                for c in gl.static_range(KC):
-                    w = w_s.index((j * KC + c) * NR + rb).load(blk).to(gl.float32)
-                    a = gl.load(h_ptr + s * stride_hm + (c * BK + kk) * stride_hk).to(gl.float32)
-                    p = gl.sum(w * a[None, :], axis=1)
-                    if B_SCALE == 3:
-                        p = p * gl.load(b_scale_ptr + e64 * stride_bse + (rows_c // GROUP_N) * stride_bsn
-                                        + ((c * BK) // GROUP_K) * stride_bsk)
-                    acc += p
-                if B_SCALE == 1:
-                    acc = acc * gl.load(b_scale_ptr + e64 * stride_bse)
-                elif B_SCALE == 2:
-                    acc = acc * gl.load(b_scale_ptr + e64 * stride_bse + rows_c * stride_bsn)
-                if HAS_BIAS:
-                    acc += gl.load(bias_ptr + e64 * stride_bias_e + rows_c * stride_bias_n).to(gl.float32)
-                if MUL_W:
-                    acc = acc * gl.load(topk_w_ptr + s).to(gl.float32)
-                total += gl.where(e >= 0, acc, 0.0)
+                if e >= 0:
+                    e64 = e.to(gl.int64)
+                    acc2 = gl.zeros([RB, BK], gl.float32, blk)
+                    for c in gl.static_range(KC):
+                        w = w_s.index((j * KC + c) * NR + rb).load(blk).to(gl.float32)
+                        a = gl.load(h_ptr + s * stride_hm + (c * BK + kk) * stride_hk).to(gl.float32)
+                        if B_SCALE == 3:      # the row block lies in one group of GROUP_N rows
+                            a = a * gl.load(b_scale_ptr + e64 * stride_bse + ((n0 + rb * RB) // GROUP_N) * stride_bsn
+                                            + ((c * BK) // GROUP_K) * stride_bsk)
+                        if FOLD:
+                            if B_SCALE == 1:
+                                a = a * gl.load(b_scale_ptr + e64 * stride_bse)
+                            if MUL_W:
+                                a = a * gl.load(topk_w_ptr + s).to(gl.float32)
+                            acc_all += w * a[None, :]
+                        else:
+                            acc2 += w * a[None, :]
+                    if not FOLD:
+                        acc = gl.sum(acc2, axis=1)
+                        if B_SCALE == 1:
+                            acc = acc * gl.load(b_scale_ptr + e64 * stride_bse)
+                        elif B_SCALE == 2:
+                            acc = acc * gl.load(b_scale_ptr + e64 * stride_bse + rows_c * stride_bsn)
+                        if HAS_BIAS:
+                            acc += gl.load(bias_ptr + e64 * stride_bias_e + rows_c * stride_bias_n).to(gl.float32)
+                        if MUL_W:
+                            acc = acc * gl.load(topk_w_ptr + s).to(gl.float32)
+                        total += acc
+            if FOLD:
+                total = gl.sum(acc_all, axis=1)
             gl.store(out_ptr + t * stride_om + rows * stride_on, total.to(out_ptr.dtype.element_ty), mask=r_ok)
 
 
@@ -145,7 +163,8 @@ def available(device: torch.device) -> bool:
 
 
 def resident_config(T: int, k: int, H: int, K: int, esize: int, num_sms: int, group_k: Optional[int] = None,
-                    budget: int = SMEM_BUDGET) -> Optional[dict]:
+                    budget: int = SMEM_BUDGET, group_n: Optional[int] = None, num_warps: Optional[int] = None
+                    ) -> Optional[dict]:
     """(BLOCK_N, RB, BK, TPW_K, num_warps) for ``resident_gemm2_launch``, or None when the shape does
     not fit: 8-bit weights, K a multiple of a power-of-two chunk BK (16 <= BK <= 256, dividing the
     block-scale group), and k x BLOCK_N x K bytes within ``budget``, BLOCK_N the smallest power of
@@ -164,7 +183,11 @@ def resident_config(T: int, k: int, H: int, K: int, esize: int, num_sms: int, gr
     if k * bn * K * esize > budget:
         return None
     rb = min(rb, bn)
-    return dict(BLOCK_N=bn, RB=rb, BK=bk, TPW_K=min(32, bk // 16), num_warps=4)
+    while group_n is not None and group_n % rb:     # a row block within one scale group
+        rb //= 2
+    if num_warps is None:
+        num_warps = env.decode_resident_warps() or 8
+    return dict(BLOCK_N=bn, RB=rb, BK=bk, TPW_K=min(32, bk // 16), num_warps=num_warps)
 
 
 def resident_gemm2_launch(h, w2, topk_ids, topk_weights, out, *, config: dict, expert_map=None,
@@ -178,7 +201,8 @@ def resident_gemm2_launch(h, w2, topk_ids, topk_weights, out, *, config: dict, e
     T, k = topk_ids.shape
     E, H, K = w2.shape
     _, b_mode, gn, gk, _, sb, _, _, sbe, sbn, sbk = _scale_args(quant, None, b_scale, block_shape, h, w2)
-    assert K % config["BK"] == 0 and (b_mode != 3 or gk % config["BK"] == 0), (K, config, gk)
+    assert K % config["BK"] == 0 and (b_mode != 3 or (gk % config["BK"] == 0 and gn % config["RB"] == 0)), \
+        (K, config, gk, gn)
     ids = topk_ids.reshape(-1)
     emap = ids if expert_map is None else expert_map
     num_global = E if expert_map is None else expert_map.numel()
