@@ -18,9 +18,6 @@ D. W8A8 schemes at T = 1..16 (--d-cases, --d-tokens): decode kernels with x and 
 G. GEMM2 with several N tiles a program (kernels/decode.py TILES, FUSEDMOE_DECODE_TILES):
    the layer at --g-tokens for each of --g-tiles, alternating rounds (--g-cases).
    --g-env VAR=a,b makes the layer's variants the values of VAR (e.g. FUSEDMOE_DECODE_PDL=0,1).
-R. One-token 8-bit decode with GEMM2's weights resident in shared memory (kernels/decode_resident.py):
-   the layer at --r-tokens under FUSEDMOE_DECODE_RESIDENT = each of --r-values (0: off; P: GEMM1 on
-   at most P programs an SM), alternating rounds (--r-cases).
 T. T=1, the tensor-core decode GEMMs alone (--t-cases): a tile / split / stage sweep.
    ``--a16`` makes section A sweep the W8A8 GEMMs with 16-bit activations.
 Prints tables and writes every figure to the JSON.
@@ -262,7 +259,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_ab.json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C,D,G,R,T")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: A,B,C,D,G,T")
     ap.add_argument("--schemes", default="none,fp8_channel,fp8_block", help="schemes of both sections")
     ap.add_argument("--a16", action="store_true", help="section A: W8A8 schemes with 16-bit activations")
     ap.add_argument("--around", action="store_true", help="section A: the grid around decode_config's choice "
@@ -277,11 +274,6 @@ def main():
                     "qwen3-30b-a3b:1:none,deepseek-v3:8:none", help="section G: model:tp:scheme list")
     ap.add_argument("--g-tokens", default="1,2")
     ap.add_argument("--g-tiles", default="1,2,4,8,16")
-    ap.add_argument("--r-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
-                    "deepseek-v3:8:fp8_block")
-    ap.add_argument("--r-tokens", default="1")
-    ap.add_argument("--r-values", default="0,1,2,3")
-    ap.add_argument("--r-rounds", type=int, default=3)
     ap.add_argument("--g-env", default=None, help="section G: the layer's variants from one variable instead of "
                     "TILES, e.g. FUSEDMOE_DECODE_PDL=0,1")
     a = ap.parse_args()
@@ -327,16 +319,6 @@ def main():
             rows = variants_ab(name, int(tp), scheme, bw, [int(t) for t in a.g_tokens.split(",")], variants)
             res["G"] += rows
             _print_layer_rows("G", name, scheme, rows, 8)
-            torch.cuda.empty_cache()
-    if "R" not in skip:
-        res["R"] = []
-        variants = {f"resident={v}": dict(FUSEDMOE_DECODE_RESIDENT=v) for v in a.r_values.split(",")}
-        for case in a.r_cases.split(","):
-            name, tp, scheme = case.split(":")
-            rows = variants_ab(name, int(tp), scheme, bw, [int(t) for t in a.r_tokens.split(",")], variants,
-                               a.r_rounds)
-            res["R"] += rows
-            _print_layer_rows("R", name, scheme, rows, 10)
             torch.cuda.empty_cache()
     if "T" not in skip:
         res["T"] = {}

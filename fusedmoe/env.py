@@ -122,19 +122,6 @@ def decode_tiles() -> int | None:
     return _int_var("FUSEDMOE_DECODE_TILES", 1, "an integer >= 1", "4")
 
 
-def decode_resident() -> int | None:
-    """FUSEDMOE_DECODE_RESIDENT as an int (None when unset: the backend's rule). 0: off; P > 0:
-    one-token 8-bit decode runs GEMM1 on at most P programs an SM and GEMM2 with its weights
-    copied into shared memory beside it (kernels/decode_resident.py)."""
-    return _int_var("FUSEDMOE_DECODE_RESIDENT", 0, "an integer >= 0", "2")
-
-
-def decode_resident_warps() -> int | None:
-    """FUSEDMOE_DECODE_RESIDENT_WARPS: num_warps of the resident decode GEMM2 (for A/Bs; None:
-    kernels/decode_resident.py's own)."""
-    return _int_var("FUSEDMOE_DECODE_RESIDENT_WARPS", 1, "a power of two >= 1", "8")
-
-
 def decode_pdl() -> bool:
     """False when FUSEDMOE_DECODE_PDL is 0/false (on by default where the device has it)."""
     return os.environ.get("FUSEDMOE_DECODE_PDL", "1").strip() not in ("0", "false", "False")

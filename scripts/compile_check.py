@@ -78,11 +78,7 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
         opts["launch_pdl"] = True
     if num_stages:
         opts["num_stages"] = num_stages
-    src = ASTSource
-    if type(kernel).__name__ == "GluonJITFunction":          # kernels/decode_resident.py
-        from triton.experimental.gluon._runtime import GluonASTSource
-        src = GluonASTSource
-    return triton.compile(src(kernel, sig, consts, attrs), target=target, options=opts)
+    return triton.compile(ASTSource(kernel, sig, consts, attrs), target=target, options=opts)
 
 
 def _fake_align(E: int, T: int, k: int):
@@ -351,40 +347,6 @@ def tc_cases() -> list:
     return cases
 
 
-def resident_cases() -> list:
-    """The one-token decode with GEMM2's weights resident in shared memory (kernels/decode_resident.py,
-    Gluon) and its persistent GEMM1, as the backend binds them: qwen3 fp8 / int8 per channel,
-    deepseek-v3 tp8 fp8 128 x 128 blocks, with a bias and an expert map once."""
-    from fusedmoe.kernels import decode as dk
-    from fusedmoe.kernels import decode_resident as dr
-    bf, fp8, i8 = torch.bfloat16, torch.float8_e4m3fn, torch.int8
-    cases = []
-    for name, (E, H, I, k), dt, quant in (("qwen3 fp8", (128, 2048, 768, 8), fp8, "channel"),
-                                          ("qwen3 int8", (128, 2048, 768, 8), i8, "channel"),
-                                          ("deepseek fp8_block", (256, 7168, 256, 8), fp8, "block")):
-        blk = (128, 128) if quant == "block" else None
-        w13, w2 = torch.empty(E, 2 * I, H, dtype=dt), torch.empty(E, H, I, dtype=dt)
-        ids, tw = torch.zeros(1, k, dtype=torch.int32), torch.empty(1, k)
-        x, h, out = torch.empty(1, H, dtype=bf), torch.empty(k, I, dtype=bf), torch.empty(1, H, dtype=bf)
-        if quant == "block":
-            s13, s2 = torch.empty(E, 2 * I // 128, H // 128), torch.empty(E, H // 128, I // 128)
-        else:
-            s13, s2 = torch.empty(E, 2 * I), torch.empty(E, H)
-        q = dict(quant=quant, block_shape=blk)
-        cfg = dr.resident_config(1, k, H, I, 1, 132, blk[1] if blk else None, group_n=blk[0] if blk else None)
-        cases += [
-            (f"resident {name} gemm1 persist2", dk.gemm1_launch(x, w13, ids, "silu", h, b_scale=s13, pdl=True,
-                                                                persist=2, **q)),
-            (f"resident {name} gemm2", dr.resident_gemm2_launch(h, w2, ids, tw, out, config=cfg, b_scale=s2,
-                                                                pdl=True, **q)),
-        ]
-        if quant == "block":
-            cases.append((f"resident {name} gemm2 map+bias", dr.resident_gemm2_launch(
-                h, w2, ids, tw, out, config=cfg, b_scale=s2, pdl=True, expert_map=torch.zeros(E, dtype=torch.int32),
-                bias=torch.empty(E, H, dtype=bf), **q)))
-    return cases
-
-
 def main() -> int:
     from fusedmoe.kernels import decode as dk
     bf = torch.bfloat16
@@ -528,7 +490,6 @@ def main() -> int:
     cases += block_cases()
     cases += epilogue_cases()
     cases += tc_cases()
-    cases += resident_cases()
     only = sys.argv[1:]                       # label substrings: compile only those cases
     if only:
         cases = [c for c in cases if any(o in c[0] for o in only)]

@@ -296,10 +296,6 @@ class TritonExperts(Experts):
         self._mode16 = DecodeMode(a16=True, tc=False, pdl=pdl_ok, chain=False)
         self._mode8 = DecodeMode(a16=False, tc=mode in ("tc", "auto"), pdl=chain, chain=chain)
         self.decode_pairs = decode_pairs(config, mode)  # env read once
-        # one-token 8-bit decode with GEMM2's weights resident in shared memory beside a GEMM1 of
-        # at most this many programs an SM (kernels/decode_resident.py); 0: off
-        r = env.decode_resident()
-        self.resident_programs = 0 if r is None else r
         # (both decode GEMMs in one launch was measured slower than the two with PDL on the
         # H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8 46.3 vs 33.1; docs/BENCHMARKS.md.
         # Removed in session 12: wrong on tiny grids on the GPU; commit e6c0681 has it.)
@@ -511,25 +507,6 @@ class TritonExperts(Experts):
             b2.fast(hq, out, tw, flat, emap, h_scale)
         return out
 
-    def _resident_config(self, x, ids, mode):
-        """(GEMM1 programs an SM, decode_resident config) when this decode call runs GEMM2 with
-        its weights resident in shared memory (kernels/decode_resident.py), else None: a16
-        math with 8-bit weights, GEMM2 a programmatic dependent launch, Gluon on an sm90+
-        device, the weights within the shared-memory budget, FUSEDMOE_DECODE_RESIDENT P > 0."""
-        p = self.resident_programs
-        if not p or not mode.a16 or not mode.pdl or self.weights.w2.element_size() != 1:
-            return None
-        from ..kernels import decode_resident as dr
-        from ..kernels.grouped_gemm import _num_sms
-        if not dr.available(x.device):
-            return None
-        T, k = ids.shape
-        E, H, K = self.weights.w2.shape
-        gk = self.block_shape[1] if self.quant_mode == "block" else None
-        cfg = dr.resident_config(T, k, H, K, 1, _num_sms(x.device), gk,
-                                 group_n=self.block_shape[0] if self.quant_mode == "block" else None)
-        return (p, cfg) if cfg is not None else None
-
     def _tc_launches(self, x, h, ids, out, expert_map):
         """(gemm1_launch, gemm2_launch) of kernels/decode_tc.py with this shape's scratch
         (fp32 partials, int32 tickets: zero now, left zero by every launch) bound in."""
@@ -561,24 +538,15 @@ class TritonExperts(Experts):
         else:
             gemm1_launch, gemm2_launch = dk.gemm1_launch, dk.gemm2_launch
         names = ("out", "ids", "map")
-        rc = self._resident_config(x, ids, mode)
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
                             swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                            a_scale=x_scale, b_scale=w.w13_scale, pdl=mode.pdl, pdl_wait=mode.chain,
-                            **(dict(persist=rc[0]) if rc else {}), **q)
+                            a_scale=x_scale, b_scale=w.w13_scale, pdl=mode.pdl, pdl_wait=mode.chain, **q)
         slots = [S1[n] for n in ("x",) + names + (("a_scale",) if x_scale is not None else ())]
         b1 = bind(*spec, slots=slots)
         hq, h_scale = self._dquant(h, w.a2_scale, mode, mode.chain, role="h")
-        mul_w = not c.routing.apply_router_weight_on_input
-        if rc:
-            from ..kernels import decode_resident as dr
-            spec = dr.resident_gemm2_launch(hq, w.w2, ids, tw, out, config=rc[1], expert_map=expert_map,
-                                            mul_routed_weight=mul_w, bias=w.w2_bias, b_scale=w.w2_scale,
-                                            pdl=True, **q)
-            S2 = dr.RESIDENT_SLOTS
-        else:
-            spec = gemm2_launch(hq, w.w2, ids, tw, out, expert_map=expert_map, mul_routed_weight=mul_w,
-                                bias=w.w2_bias, a_scale=h_scale, b_scale=w.w2_scale, pdl=mode.pdl, **q)
+        spec = gemm2_launch(hq, w.w2, ids, tw, out, expert_map=expert_map,
+                            mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
+                            a_scale=h_scale, b_scale=w.w2_scale, pdl=mode.pdl, **q)
         slots = [S2[n] for n in ("h", "out", "topk_weights", "ids", "map")
                  + (("a_scale",) if h_scale is not None else ())]
         b2 = bind(*spec, slots=slots)

@@ -272,85 +272,6 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
 
 
 @triton.jit
-def _gemm1_w_tile(i, ks, item0, n_tiles, w_ptr, ids_ptr, map_ptr, num_global, E, N_OUT, K, n_last, r, stride_we,
-                  stride_wn, stride_wk, TOP_K: tl.constexpr, HAS_MAP: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr):
-    """The weight tile of step i of a ``_gemm1_stream`` program: [R, BN, BK] at K offset
-    (i % ks) * BK of item item0 + i // ks, nothing past the program's last item (n_last) or for
-    a dropped pair."""
-    item = item0 + i // ks
-    s = (item // n_tiles).to(tl.int64)
-    e = _local_experts(ids_ptr, map_ptr, s + r * 0, (r * 0 + item) < n_last, num_global, E, HAS_MAP)
-    offs_n = (item % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
-    wrows = tl.where(offs_n < N_OUT, offs_n, 0)[None, :] + (r * N_OUT)[:, None]
-    k_lim = tl.where(e >= 0, K, 0)
-    return _load_w(w_ptr + tl.where(e >= 0, e, 0).to(tl.int64)[:, None] * stride_we + wrows * stride_wn, stride_wk,
-                   (i % ks) * BLOCK_K, k_lim, BLOCK_K)
-
-
-@triton.jit
-def _gemm1_stream(pid, nprog, n_items, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ids_ptr, map_ptr,
-                  N_OUT, K, num_global, E,
-                  stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
-                  stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-                  limit, alpha,
-                  TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
-                  HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr,
-                  A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-                  INT_ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WAIT: tl.constexpr):
-    """GEMM1 for the contiguous items [pid * per, (pid + 1) * per) of n_items (item i: N tile
-    i % N tiles of pair i // N tiles; per = cdiv(n_items, nprog)) as ONE stream of weight loads:
-    the next step's tile, of this item or the next, is in flight while a step is summed (as
-    ``_gemm2_tiles`` does for GEMM2), so a program's items do not each fill and drain a
-    pipeline. Same sums per item as ``_gemm1_item`` (bitwise). The activations are used as
-    given (no in-kernel quantization). WAIT as in ``_rows_dot``."""
-    R: tl.constexpr = 2 if GATED else 1
-    r = tl.arange(0, R)
-    n_tiles = tl.cdiv(N_OUT, BLOCK_N)
-    per = tl.cdiv(n_items, nprog)
-    item0 = pid * per
-    n_last = tl.minimum(item0 + per, n_items)
-    ks = tl.cdiv(K, BLOCK_K)
-    steps = tl.maximum(n_last - item0, 0) * ks
-    w_nx = _gemm1_w_tile(0, ks, item0, n_tiles, w_ptr, ids_ptr, map_ptr, num_global, E, N_OUT, K, n_last, r,
-                         stride_we, stride_wn, stride_wk, TOP_K, HAS_MAP, BLOCK_N, BLOCK_K)
-    _wait(WAIT)
-    sa_tok = tl.full((R,), 1.0, dtype=tl.float32)
-    if INT_ACC:
-        acc = tl.zeros((R, BLOCK_N), dtype=tl.int32)
-    else:
-        acc = tl.zeros((R, BLOCK_N), dtype=tl.float32)
-    for i in range(0, steps):
-        w = w_nx
-        w_nx = _gemm1_w_tile(i + 1, ks, item0, n_tiles, w_ptr, ids_ptr, map_ptr, num_global, E, N_OUT, K, n_last, r,
-                             stride_we, stride_wn, stride_wk, TOP_K, HAS_MAP, BLOCK_N, BLOCK_K)
-        item = item0 + i // ks
-        k0 = (i % ks) * BLOCK_K
-        s = (item // n_tiles).to(tl.int64)
-        e = _local_experts(ids_ptr, map_ptr, s + r * 0, r >= 0, num_global, E, HAS_MAP)      # [R], equal
-        e64 = tl.where(e >= 0, e, 0).to(tl.int64)
-        offs_n = (item % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < N_OUT
-        wrows = tl.where(n_ok, offs_n, 0)[None, :] + (r * N_OUT)[:, None]
-        t = s // TOP_K
-        x_rows = x_ptr + t * stride_xm + r * 0
-        as_rows = a_scale_ptr + t * stride_asm + r * 0
-        bs_e = b_scale_ptr + e64 * stride_bse
-        a = _load_a(x_rows, stride_xk, k0, tl.where(e >= 0, K, 0), BLOCK_K)
-        acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
-                          stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, 0, "fp8", False, False, R, BLOCK_N, BLOCK_K)
-        if k0 + BLOCK_K >= K:                          # the item's last K step: its h tile
-            out = _epilogue(acc.to(tl.float32), sa_tok, as_rows, bs_e, bias_ptr + e64 * stride_bias_e, wrows,
-                            stride_bsn, stride_bias_n, A_SCALE, B_SCALE, HAS_BIAS, 0)
-            g = tl.sum(tl.where(r[:, None] == 0, out, 0.0), axis=0)                    # [BN]
-            u = tl.sum(tl.where(r[:, None] == R - 1, out, 0.0), axis=0)
-            hv = _activation(g, u, ACT, HAS_LIMIT, limit, alpha)
-            tl.store(h_ptr + s * stride_hm + offs_n * stride_hn, hv.to(h_ptr.dtype.element_ty),
-                     mask=n_ok & ((offs_n * 0 + tl.max(e)) >= 0))
-            acc = tl.zeros_like(acc)
-
-
-@triton.jit
 def _token_slots(t, ids_ptr, map_ptr, num_global, E, TOP_K: tl.constexpr, KP: tl.constexpr,
                  HAS_MAP: tl.constexpr):
     """Token t's KP slot rows for GEMM2: (pairs s [KP], keep [KP], local experts e int64 [KP]).
@@ -472,38 +393,26 @@ def _decode_gemm1_kernel(
     N_OUT, K, num_global, E,
     stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha, n_items,
+    limit, alpha,
     TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, PERSIST: tl.constexpr = False,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
 ):
-    """Grid (N tiles, pairs), or with PERSIST (P,): program p takes a contiguous range of the
-    n_items = N tiles x pairs as one stream of loads (``_gemm1_stream``), so the grid is
-    resident at once and leaves room on every SM (decode_resident.py). PDL: let a
-    programmatic dependent (GEMM2, or the requantization of h) launch as soon as every
-    program of this grid runs. PDL_WAIT: this grid is itself a programmatic dependent of the
-    kernel that wrote x (the quantization of x): the first weight tile is loaded before
-    waiting for it."""
+    """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2, or the
+    requantization of h) launch as soon as every program of this grid runs. PDL_WAIT: this
+    grid is itself a programmatic dependent of the kernel that wrote x (the quantization of
+    x): the first weight tile is loaded before waiting for it."""
     if PDL:
         gdc_launch_dependents()
-    if PERSIST:
-        _gemm1_stream(tl.program_id(0), tl.num_programs(0), n_items, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr,
-                      b_scale_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
-                      stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
-                      stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-                      limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N,
-                      GROUP_K, INT_ACC, BLOCK_N, BLOCK_K, 1 if PDL_WAIT else 0)
-    else:
-        _gemm1_item(tl.program_id(0), tl.program_id(1).to(tl.int64), x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr,
-                    b_scale_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
-                    stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
-                    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-                    limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N,
-                    GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH,
-                    1 if PDL_WAIT else 0)
+    _gemm1_item(tl.program_id(0), tl.program_id(1).to(tl.int64), x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr,
+                b_scale_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
+                stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
+                stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N, GROUP_K,
+                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -671,8 +580,7 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
                  alpha: float = 1.702, limit: float = 7.0, quant: str = "none",
                  a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
                  block_shape: Optional[tuple] = None, config: Optional[dict] = None,
-                 quantize_a: Optional[str] = None, scale_pow2: bool = False, pdl: bool = False,
-                 persist: int = 0) -> torch.Tensor:
+                 quantize_a: Optional[str] = None, scale_pow2: bool = False, pdl: bool = False) -> torch.Tensor:
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) per pair s (rows of dropped pairs unwritten).
 
     Same operands and conventions as ``grouped_gemm.gemm1_act`` (halves layout, quantized
@@ -695,7 +603,7 @@ def decode_gemm1(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, act
     launch(*gemm1_launch(x, w13, topk_ids, activation, out, expert_map=expert_map, bias=bias,
                          swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=a_scale,
                          b_scale=b_scale, block_shape=block_shape, config=config, quantize_a=quantize_a,
-                         scale_pow2=scale_pow2, pdl=pdl, persist=persist))
+                         scale_pow2=scale_pow2, pdl=pdl))
     return out
 
 
@@ -706,19 +614,15 @@ GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
 
 def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=None, swiglu_limit=None,
                  alpha=1.702, limit=7.0, quant="none", a_scale=None, b_scale=None, block_shape=None,
-                 config=None, quantize_a=None, scale_pow2=False, pdl=False, pdl_wait=False,
-                 persist: int = 0) -> tuple:
+                 config=None, quantize_a=None, scale_pow2=False, pdl=False, pdl_wait=False) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of
     ``decode_gemm1``'s launch (T > 0, out given): for ``launch(*spec)`` or
     ``launcher.bind(*spec, slots=...)`` (GEMM1_SLOTS; ``topk_ids.view(-1)`` is the ids slot,
     and the map slot when ``expert_map`` is None). ``pdl``: let the next kernel, launched
     with ``pdl`` (``gemm2_launch``), start before this one ends (sm90+). ``pdl_wait``: this
     launch is itself a programmatic dependent of the kernel that wrote x (a quantization
-    launched with ``pdl``): weights first, then x. ``persist`` P > 0: at most P programs an
-    SM, each looping over items (the kernel's PERSIST), so that a GEMM2 launched with
-    ``pdl`` finds room beside it (decode_resident.py)."""
+    launched with ``pdl``): weights first, then x."""
     assert not (pdl_wait and quantize_a is not None), "PDL: x is read after the wait; quantize_a reads it before"
-    assert not (persist and quantize_a is not None), "persist: x is used as given"
     T, k = topk_ids.shape
     N13, K = w13.shape[1:]
     act = ACTIVATIONS[activation]
@@ -727,16 +631,13 @@ def gemm1_launch(x, w13, topk_ids, activation, out, *, expert_map=None, bias=Non
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         2 if gated else 1, T * k, n_out, K, x, w13, topk_ids, expert_map, bias, quant, a_scale, b_scale,
         block_shape, quantize_a, scale_pow2, config)
-    n_items = cdiv(n_out, config["BLOCK_N"]) * T * k
-    programs = min(n_items, persist * _num_sms(x.device)) if persist else 0
-    grid = (programs,) if programs else (cdiv(n_out, config["BLOCK_N"]), T * k)
-    return (_decode_gemm1_kernel, grid, (
+    return (_decode_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), T * k), (
         x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap,
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
-        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), n_items,
+        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, PDL=pdl, PDL_WAIT=pdl_wait,
-            PERSIST=bool(programs), **consts), config.get("num_warps", 4), None, pdl_wait)
+            **consts), config.get("num_warps", 4), None, pdl_wait)
 
 
 def decode_gemm2(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
