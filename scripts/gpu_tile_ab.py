@@ -633,6 +633,16 @@ ROUNDS["s22ds16k"] = [   # session 22 (H100): the banded GEMM2 of deepseek tp8 T
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 BM64", "gemm2", dict(BLOCK_SIZE_M=64))]),
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 BM64", "gemm2", dict(BLOCK_SIZE_M=64))], "fp8_block"),
 ]
+ROUNDS["s23h200"] = [   # session 23 (H200): the persistent GEMM2 neighbours of the H200's T=4096 entries never
+    # tried (qwen3 bf16 / int8, whose GEMM1s are persistent already; fp8_channel's GEMM2 is P2 flat) and
+    # Mixtral's GEMM1 (slower on the H100)
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g2 P2 flat", "gemm2", dict(PERSISTENT=2, FLATTEN=True)),
+                                                ("g2 P1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True))]),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g2 P2 flat", "gemm2", dict(PERSISTENT=2, FLATTEN=True))],
+     "int8_channel"),
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
+                                              ("g2 P1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True))]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
