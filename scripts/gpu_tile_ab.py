@@ -643,6 +643,27 @@ ROUNDS["s23h200"] = [   # session 23 (H200): the persistent GEMM2 neighbours of 
     ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
                                               ("g2 P1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True))]),
 ]
+def _c2(bm, bn, w, st, p=2, **kw):   # an 8-bit tile of two CTAs an SM (PERSISTENT p, TMA, BK 128)
+    return dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, num_warps=w, num_stages=st, USE_TMA=True,
+                PERSISTENT=p, FLATTEN=False, **kw)
+
+
+ROUNDS["s23int8"] = [   # session 23 (H100): int8's epilogue converts every int32 accumulator to fp32 with
+    # I2FP.F32.S32 (128 a thread a tile; fp8 has none), ~500 M conversions at qwen3 T=16384, ~135 us at 16 a
+    # clock an SM: the int8 - fp8 GEMM gap (1589 vs 1445 us). Tiles of two CTAs an SM (4 warps, <= 113 KB)
+    # let one CTA's epilogue overlap the other's MMAs (compile_check: 255 / 215 registers, 82-98 KB)
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [
+        ("g2 128x128 w4 s3 P2", "gemm2", _c2(128, 128, 4, 3)),
+        ("g2 64x256 w4 s2 P2", "gemm2", _c2(64, 256, 4, 2)),
+        ("g1 128x64 w4 s3 P2", "gemm1", _c2(128, 64, 4, 3)),
+        ("g1 64x128 w4 s2 P2", "gemm1", _c2(64, 128, 4, 2)),
+        ("g1+g2 2 CTAs", [("gemm1", _c2(128, 64, 4, 3)), ("gemm2", _c2(128, 128, 4, 3))]),
+    ], "int8_channel"),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
+        ("g1 64x128 w4 s2 P2", "gemm1", _c2(64, 128, 4, 2)),
+        ("g1 128x64 w4 s3 P2", "gemm1", _c2(128, 64, 4, 3)),
+    ], "int8_channel"),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
