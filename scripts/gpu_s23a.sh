@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Needs commit 0b58862: the code it measures was reverted after it lost.)
 # Session 23: one-token 8-bit decode with GEMM2's weights resident in shared memory
 # (kernels/decode_resident.py) beside a persistent GEMM1: its tests, then the layer A/B
 # FUSEDMOE_DECODE_RESIDENT = 0 (off) / 1 / 2 / 3 (GEMM1 programs an SM), alternating rounds.

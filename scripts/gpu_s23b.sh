@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Needs commit 0b58862: the code it measures was reverted after it lost.)
 # Session 23: the resident decode's parts (benchmarks/resident_ab.py): GEMM1 alone at each
 # persist, GEMM2 a16 vs resident at 4 / 8 / 16 warps, the layer at FUSEDMOE_DECODE_RESIDENT values.
 set -uo pipefail
