@@ -643,9 +643,8 @@ ROUNDS["s23h200"] = [   # session 23 (H200): the persistent GEMM2 neighbours of 
     ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False)),
                                               ("g2 P1 flat", "gemm2", dict(PERSISTENT=1, FLATTEN=True))]),
 ]
-def _c2(bm, bn, w, st, p=2, **kw):   # an 8-bit tile of two CTAs an SM (PERSISTENT p, TMA, BK 128)
-    return dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=128, num_warps=w, num_stages=st, USE_TMA=True,
-                PERSISTENT=p, FLATTEN=False, **kw)
+def _c2(bm, bn, w, st, p=2):   # an 8-bit tile of two CTAs an SM (PERSISTENT p, TMA, BK 128)
+    return _t(bm, bn, 128, w, st, USE_TMA=True, PERSISTENT=p, FLATTEN=False)
 
 
 ROUNDS["s23int8"] = [   # session 23 (H100): int8's epilogue converts every int32 accumulator to fp32 with
