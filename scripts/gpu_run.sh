@@ -14,9 +14,12 @@
 #   scripts/gpu_run.sh report [--w8a8] the four runs of docs/BENCHMARKS.md (bf16 with peers, W8A8;
 #                                      --w8a8: only the W8A8 two), in $OUT/report.tar
 #   scripts/gpu_run.sh all             test + the 16-bit benchmark of docs/BENCHMARKS.md
+# Any stage under triton 3.9: T39=1 scripts/gpu_run.sh STAGE (carry `.whl`: scripts/pack_triton39.sh)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# T39=1: run under triton 3.9 instead of the image's 3.6 (carry `.whl`; scripts/t39_env.sh)
+if [ -n "${T39:-}" ]; then unset T39; source scripts/t39_env.sh || exit 1; fi
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 stage=${1:-all}; shift || true
 env_info() {
