@@ -104,6 +104,100 @@ def _gl_kernel(a_desc, b_desc, c_ptr, N, K, M_E, stride_cm,
     gl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(gl.bfloat16))
 
 
+# ------------------------------------------------------------------ warp-specialized, persistent (gl_ws)
+# One program an SM walks tiles t = pid, pid + P, ... (same order as above). A 1-warp producer
+# fills a ring of STAGES buffers (ready / empty mbarriers) and runs ahead across tiles; two
+# consumer warpgroups own the two 64-row halves of the 128-row tile, each with one asynchronous
+# wgmma in flight, and release a stage once the dot that read it has retired. The tensor cores
+# only wait on the consumers' epilogue (a direct store), which the producer's loads of the next
+# tile overlap. (Session 22's gl_ws in gluon_block_probe.py issued synchronous dots.)
+
+
+@gluon.jit
+def _tile_offsets(t, N, M_E, BM: gl.constexpr, BN: gl.constexpr):
+    mb_per_e = M_E // BM
+    nb = N // BN
+    mb = t % mb_per_e
+    en = t // mb_per_e
+    e = en // nb
+    return e * M_E + mb * BM, e * N + (en % nb) * BN, (en % nb) * BN
+
+
+@gluon.jit
+def _ws_consumer(a_s, b_s, ready, empty, c_ptr, N, K, M_E, stride_cm, num_tiles, HALF: gl.constexpr,
+                 BH: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NUM_PROGS: gl.constexpr):
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    k_tiles = K // BK
+    it = 0
+    for t in range(gl.program_id(0), num_tiles, NUM_PROGS):
+        off_am, off_bn, off_cn = _tile_offsets(t, N, M_E, 2 * BH, BN)
+        acc = gl.zeros([BH, BN], gl.float32, acc_l)
+        for k in range(k_tiles):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            acc = warpgroup_mma(a_s.index(2 * s + HALF), b_s.index(s).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k > 0)   # the previous step's stage
+            it += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
+        rows = off_am + HALF * BH + gl.arange(0, BH, layout=gl.SliceLayout(1, acc_l))
+        cols = off_cn + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_l))
+        gl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(gl.bfloat16))
+
+
+@gluon.jit
+def _ws_producer(a_desc, b_desc, a_s, b_s, ready, empty, N, K, M_E, num_tiles, BH: gl.constexpr, BN: gl.constexpr,
+                 BK: gl.constexpr, STAGES: gl.constexpr, NUM_PROGS: gl.constexpr):
+    nbytes: gl.constexpr = 2 * a_desc.nbytes_per_cta + b_desc.nbytes_per_cta
+    k_tiles = K // BK
+    it = 0
+    for t in range(gl.program_id(0), num_tiles, NUM_PROGS):
+        off_am, off_bn, off_cn = _tile_offsets(t, N, M_E, 2 * BH, BN)
+        for k in range(k_tiles):
+            s = it % STAGES
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)     # fresh barriers pass parity 1
+            mbarrier.expect(ready.index(s), nbytes)
+            tma.async_load(a_desc, [off_am, k * BK], ready.index(s), a_s.index(2 * s))
+            tma.async_load(a_desc, [off_am + BH, k * BK], ready.index(s), a_s.index(2 * s + 1))
+            tma.async_load(b_desc, [off_bn, k * BK], ready.index(s), b_s.index(s))
+            it += 1
+
+
+@gluon.jit
+def _ws_kernel(a_desc, b_desc, c_ptr, N, K, M_E, stride_cm, num_tiles, BN: gl.constexpr, BK: gl.constexpr,
+               STAGES: gl.constexpr, NUM_PROGS: gl.constexpr, REGS: gl.constexpr, num_warps: gl.constexpr):
+    """a_desc's block is [64, BK] (one consumer's half of the 128-row tile); num_warps 4."""
+    BH: gl.constexpr = a_desc.block_shape[0]
+    a_s = gl.allocate_shared_memory(a_desc.dtype, [2 * STAGES, BH, BK], a_desc.layout)
+    b_s = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, BK], b_desc.layout)
+    ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)          # both consumers release a stage
+    ZERO: gl.constexpr = 0
+    ONE: gl.constexpr = 1
+    if REGS:
+        gl.warp_specialize([
+            (_ws_consumer, (a_s, b_s, ready, empty, c_ptr, N, K, M_E, stride_cm, num_tiles, ZERO, BH, BN, BK, STAGES,
+                            NUM_PROGS)),
+            (_ws_consumer, (a_s, b_s, ready, empty, c_ptr, N, K, M_E, stride_cm, num_tiles, ONE, BH, BN, BK, STAGES,
+                            NUM_PROGS)),
+            (_ws_producer, (a_desc, b_desc, a_s, b_s, ready, empty, N, K, M_E, num_tiles, BH, BN, BK, STAGES,
+                            NUM_PROGS)),
+        ], [4, 1], [REGS, 40])
+    else:
+        gl.warp_specialize([
+            (_ws_consumer, (a_s, b_s, ready, empty, c_ptr, N, K, M_E, stride_cm, num_tiles, ZERO, BH, BN, BK, STAGES,
+                            NUM_PROGS)),
+            (_ws_consumer, (a_s, b_s, ready, empty, c_ptr, N, K, M_E, stride_cm, num_tiles, ONE, BH, BN, BK, STAGES,
+                            NUM_PROGS)),
+            (_ws_producer, (a_desc, b_desc, a_s, b_s, ready, empty, N, K, M_E, num_tiles, BH, BN, BK, STAGES,
+                            NUM_PROGS)),
+        ], [4, 1])
+
+
 @triton.jit
 def _tl_kernel(a_desc, b_desc, c_ptr, N, K, M_E, stride_cm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid = tl.program_id(0)
@@ -129,6 +223,15 @@ def launch(name, a, b, c, E, M_E, N, K, BM, BN, BK, STAGES, warps):
         ad = TlDesc.from_tensor(a, [BM, BK])
         bd = TlDesc.from_tensor(b, [BN, BK])
         _tl_kernel[grid](ad, bd, c, N, K, M_E, c.stride(0), BM=BM, BN=BN, BK=BK, num_warps=warps, num_stages=STAGES)
+        return
+    if name.startswith("gl_ws"):
+        nprogs = torch.cuda.get_device_properties(a.device).multi_processor_count
+        la = gl.NVMMASharedLayout.get_default_for([BM // 2, BK], gl.bfloat16)
+        lb = gl.NVMMASharedLayout.get_default_for([BN, BK], gl.bfloat16)
+        ad = GlDesc.from_tensor(a, [BM // 2, BK], la)
+        bd = GlDesc.from_tensor(b, [BN, BK], lb)
+        _ws_kernel[(nprogs,)](ad, bd, c, N, K, M_E, c.stride(0), grid[0], BN=BN, BK=BK, STAGES=STAGES,
+                              NUM_PROGS=nprogs, REGS=232 if name == "gl_ws_regs" else 0, num_warps=4)
         return
     mc = name == "gl_mc"
     la = gl.NVMMASharedLayout.get_default_for([BM, BK], gl.bfloat16, cga_layout=[[1, 0]] if mc else None)
@@ -163,6 +266,9 @@ VARIANTS = {
     "tl": [(128, 128, 64, 4, 8), (128, 256, 64, 3, 8)],
     "gl": [(128, 128, 64, 4, 8), (128, 256, 64, 4, 8)],
     "gl_mc": [(256, 128, 64, 4, 8), (256, 256, 64, 4, 8)],
+    # BM is the tile's rows (two 64-row consumers); warps ignored (4 + 4 + 1)
+    "gl_ws": [(128, 256, 64, 4, 4), (128, 128, 64, 6, 4), (128, 256, 64, 3, 4)],
+    "gl_ws_regs": [(128, 256, 64, 4, 4)],
 }
 
 
@@ -195,6 +301,24 @@ def compile_only():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from ptxas_advice import ptxas_info
     target = GPUTarget("cuda", 90, 32)
+    for name in ("gl_ws", "gl_ws_regs"):
+        for BM, BN, BK, STAGES, warps in VARIANTS[name]:
+            la = gl.NVMMASharedLayout.get_default_for([BM // 2, BK], gl.bfloat16)
+            lb = gl.NVMMASharedLayout.get_default_for([BN, BK], gl.bfloat16)
+            sig = {"a_desc": f"tensordesc<bf16[{BM // 2}, {BK}],{la!r}>", "b_desc": f"tensordesc<bf16[{BN}, {BK}],{lb!r}>",
+                   "c_ptr": "*bf16", "N": "i32", "K": "i32", "M_E": "i32", "stride_cm": "i32", "num_tiles": "i32",
+                   "BN": "constexpr", "BK": "constexpr", "STAGES": "constexpr", "NUM_PROGS": "constexpr",
+                   "REGS": "constexpr", "num_warps": "constexpr"}
+            consts = dict(BN=BN, BK=BK, STAGES=STAGES, NUM_PROGS=132, REGS=232 if name == "gl_ws_regs" else 0,
+                          num_warps=4)
+            try:
+                k = triton.compile(GluonASTSource(_ws_kernel, sig, consts), target=target, options={"num_warps": 4})
+                ptx = k.asm["ptx"]
+                regs, spills, advice = ptxas_info(ptx)
+                print(f"ok   {name:6s} {(BM, BN, BK, STAGES)} regs {regs} spills {spills} shared {k.metadata.shared} "
+                      f"setmaxnreg {ptx.count('setmaxnreg')} {advice}", flush=True)
+            except Exception as ex:
+                print(f"FAIL {name:6s} {(BM, BN, BK, STAGES)} {type(ex).__name__}: {str(ex)[:3000]}", flush=True)
     for name in ("gl", "gl_mc"):
         for BM, BN, BK, STAGES, warps in VARIANTS[name]:
             mc = name == "gl_mc"
@@ -220,7 +344,7 @@ def compile_only():
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--compile", action="store_true", help="sm_90a compile only (no GPU needed)")
-    p.add_argument("--variants", default="tl,gl,gl_mc", help="comma list of " + ", ".join(VARIANTS))
+    p.add_argument("--variants", default="tl,gl,gl_mc,gl_ws", help="comma list of " + ", ".join(VARIANTS))
     p.add_argument("--shape", default="8,256,28672,4096", help="E,M_E,N,K (default: Mixtral GEMM1 at T=1024)")
     args = p.parse_args()
     if args.compile:

@@ -28,7 +28,9 @@ from fusedmoe.kernels import grouped_gemm as gg  # noqa: E402
 
 PRESETS = {"E=8,N=14336": (8, 4096, 14336, 2), "E=128,N=768": (128, 2048, 768, 8), "E=256,N=256": (256, 7168, 256, 8)}
 DEVICE = "NVIDIA_H100_80GB_HBM3"
-PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+# triton 3.9 compiles sm_90 PTX for its newer "ptxas-blackwell" (CUDA 13), which the old one rejects
+_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+PTXAS = next(p for p in (os.path.join(_BIN, "ptxas-blackwell"), os.path.join(_BIN, "ptxas")) if os.path.exists(p))
 
 
 def ptxas_info(ptx: str) -> tuple:
