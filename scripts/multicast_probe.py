@@ -62,8 +62,9 @@ def _gl_kernel(a_desc, b_desc, c_ptr, N, K, M_E, stride_cm,
     off_bn = e * N + (en % nb) * BN
     off_cn = (en % nb) * BN
     CGA: gl.constexpr = [[1, 0]] if MC else []
+    IK: gl.constexpr = 256 // a_desc.dtype.primitive_bitwidth
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                    instr_shape=[16, BN, 16], cga_layout=CGA)
+                                                    instr_shape=[16, BN, IK], cga_layout=CGA)
     a_s = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, BK], a_desc.layout)
     b_s = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, BK], b_desc.layout)
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
@@ -126,7 +127,8 @@ def _tile_offsets(t, N, M_E, BM: gl.constexpr, BN: gl.constexpr):
 @gluon.jit
 def _ws_consumer(a_s, b_s, ready, empty, c_ptr, N, K, M_E, stride_cm, num_tiles, HALF: gl.constexpr,
                  BH: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NUM_PROGS: gl.constexpr):
-    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    IK: gl.constexpr = 256 // a_s.dtype.primitive_bitwidth     # wgmma's K: 16 for 16-bit operands, 32 for 8-bit
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, IK])
     k_tiles = K // BK
     it = 0
     for t in range(gl.program_id(0), num_tiles, NUM_PROGS):
@@ -217,7 +219,10 @@ def _tl_kernel(a_desc, b_desc, c_ptr, N, K, M_E, stride_cm, BM: tl.constexpr, BN
 
 
 def launch(name, a, b, c, E, M_E, N, K, BM, BN, BK, STAGES, warps):
-    """BM: rows of one program (gl_mc: of the cluster, so each CTA holds BM / 2)."""
+    """BM: rows of one program (gl_mc: of the cluster, so each CTA holds BM / 2). BK is for 16-bit
+    operands; 8-bit ones take twice as many (the same bytes a row a stage)."""
+    gdt = {torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[a.dtype]
+    BK = BK * 2 // a.element_size()
     grid = (E * (M_E // BM) * (N // BN),)
     if name == "tl":
         ad = TlDesc.from_tensor(a, [BM, BK])
@@ -226,16 +231,16 @@ def launch(name, a, b, c, E, M_E, N, K, BM, BN, BK, STAGES, warps):
         return
     if name.startswith("gl_ws"):
         nprogs = torch.cuda.get_device_properties(a.device).multi_processor_count
-        la = gl.NVMMASharedLayout.get_default_for([BM // 2, BK], gl.bfloat16)
-        lb = gl.NVMMASharedLayout.get_default_for([BN, BK], gl.bfloat16)
+        la = gl.NVMMASharedLayout.get_default_for([BM // 2, BK], gdt)
+        lb = gl.NVMMASharedLayout.get_default_for([BN, BK], gdt)
         ad = GlDesc.from_tensor(a, [BM // 2, BK], la)
         bd = GlDesc.from_tensor(b, [BN, BK], lb)
         _ws_kernel[(nprogs,)](ad, bd, c, N, K, M_E, c.stride(0), grid[0], BN=BN, BK=BK, STAGES=STAGES,
                               NUM_PROGS=nprogs, REGS=232 if name == "gl_ws_regs" else 0, num_warps=4)
         return
     mc = name == "gl_mc"
-    la = gl.NVMMASharedLayout.get_default_for([BM, BK], gl.bfloat16, cga_layout=[[1, 0]] if mc else None)
-    lb = gl.NVMMASharedLayout.get_default_for([BN, BK], gl.bfloat16, cga_layout=[[0, 0]] if mc else None)
+    la = gl.NVMMASharedLayout.get_default_for([BM, BK], gdt, cga_layout=[[1, 0]] if mc else None)
+    lb = gl.NVMMASharedLayout.get_default_for([BN, BK], gdt, cga_layout=[[0, 0]] if mc else None)
     ad = GlDesc.from_tensor(a, [BM, BK], la)
     bd = GlDesc.from_tensor(b, [BN, BK], lb)
     _gl_kernel[grid](ad, bd, c, N, K, M_E, c.stride(0), MC=mc, BM=BM, BN=BN, BK=BK, STAGES=STAGES,
@@ -272,16 +277,17 @@ VARIANTS = {
 }
 
 
-def gpu(E, M_E, N, K, names):
+def gpu(E, M_E, N, K, names, dtype="bf16", tiles=None):
     torch.manual_seed(0)
-    a = torch.randn(E * M_E, K, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(E * N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+    dt = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[dtype]
+    a = torch.randn(E * M_E, K, device="cuda").to(dt)
+    b = (torch.randn(E * N, K, device="cuda") * (4 if dtype == "fp8" else K ** -0.5)).to(dt)
     ref = torch.cat([a[e * M_E:(e + 1) * M_E].float() @ b[e * N:(e + 1) * N].float().T for e in range(E)])
     flop = 2 * E * M_E * N * K
     for name in names:
-        for cfg in VARIANTS[name]:
+        for cfg in [t for i, t in enumerate(VARIANTS[name]) if tiles is None or i in tiles]:
             c = torch.zeros(E * M_E, N, device="cuda", dtype=torch.bfloat16)
-            tag = f"E={E} M_E={M_E} N={N} K={K} {name:6s} {cfg}"
+            tag = f"{dtype} E={E} M_E={M_E} N={N} K={K} {name:6s} {cfg}"
             try:
                 launch(name, a, b, c, E, M_E, N, K, *cfg)
                 torch.cuda.synchronize()
@@ -346,6 +352,8 @@ if __name__ == "__main__":
     p.add_argument("--compile", action="store_true", help="sm_90a compile only (no GPU needed)")
     p.add_argument("--variants", default="tl,gl,gl_mc,gl_ws", help="comma list of " + ", ".join(VARIANTS))
     p.add_argument("--shape", default="8,256,28672,4096", help="E,M_E,N,K (default: Mixtral GEMM1 at T=1024)")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp8"))
+    p.add_argument("--tiles", default="", help="comma list of tile indices into the variant's list (default: all)")
     args = p.parse_args()
     if args.compile:
         os.environ.pop("TRITON_INTERPRET", None)
@@ -353,4 +361,5 @@ if __name__ == "__main__":
     elif not torch.cuda.is_available():
         sys.exit("no CUDA device: use --compile")
     else:
-        gpu(*map(int, args.shape.split(",")), [v for v in args.variants.split(",") if v])
+        gpu(*map(int, args.shape.split(",")), [v for v in args.variants.split(",") if v], args.dtype,
+            [int(i) for i in args.tiles.split(",")] if args.tiles else None)
