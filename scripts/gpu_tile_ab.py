@@ -672,6 +672,20 @@ ROUNDS["s23int8b"] = [   # session 23 (H100): int8 T=16384 is ~2% short of 1.5x;
         ("g2 G4", "gemm2", dict(GROUP_SIZE_M=4)),
     ], "int8_channel"),
 ]
+ROUNDS["s24t39"] = [   # session 24, run under triton 3.9 (T39=1 / scripts/t39_env.sh): the 3.6-tuned entries
+    # ran 9% slower at Mixtral T=16384 (20081 vs 18471 us) and 2.5% at qwen3 int8 T=4096 under 3.9
+    # (docs/bench_h100_s24_t39_vs_t36.txt): is it the persistent GEMM1 or the pipelining depth?
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [
+        ("g1 P0", "gemm1", dict(PERSISTENT=0)),
+        ("g1 s4", "gemm1", dict(num_stages=4)),
+        ("g1 P0 s4", "gemm1", dict(PERSISTENT=0, num_stages=4)),
+        ("g2 s3", "gemm2", dict(num_stages=3)),
+    ]),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [
+        ("g1 P0", "gemm1", dict(PERSISTENT=0)),
+        ("g2 s3", "gemm2", dict(num_stages=3)),
+    ], "int8_channel"),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
