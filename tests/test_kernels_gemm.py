@@ -318,6 +318,28 @@ def test_moe_tma_weight_descriptors(H_, I_):
     assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu", w13_bias=b13, w2_bias=b2)) < 1e-5
 
 
+@pytest.mark.parametrize("act", ["silu", "gelu", "swigluoai"])
+@pytest.mark.parametrize("H_,I_,extra", [(64, 48, {}), (72, 40, dict(PERSISTENT=1)), (64, 48, dict(BLOCK_SIZE_N=32))])
+def test_gemm1_gate_up_one_dot(act, H_, I_, extra):
+    # GU_ONE_DOT: GEMM1's gate and up tiles as ONE dot of width 2 BN over a [2, BN, BK] TMA box
+    # of the halves layout, the accumulator split after the loop. Against the two-dot kernel
+    # and the reference: I 40 (not a multiple of BN: the box's rows past I are zero-filled),
+    # H 72 (a K tail), bias, expert map with a non-local expert, the silu clamp / swigluoai's
+    # limit (asymmetric: up clamped both ways, gate from above), persistent launch, BN 32.
+    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(5, H_, I_, torch.float32, bias=True)
+    x = _x(33, H_, torch.float32)
+    tw, ids = _routing(33, 6, K_TOP, seed=4)
+    limit = 7.0 if act == "swigluoai" else 0.5
+    cfg = dict(SMALL, USE_TMA=True, **extra)
+    outs = [moe_forward_triton(x, w13, w2, tw, ids, act, config1=dict(cfg, GU_ONE_DOT=one), config2=SMALL,
+                               expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=limit, reduce="deterministic")
+            for one in (False, True)]
+    ref = moe_naive_loop(x, w13, w2, tw, ids, act, expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=limit)
+    assert _rel(outs[1], ref) < 1e-5
+    assert _rel(outs[1], outs[0]) < 1e-6      # the same sums, in one dot instead of two
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("I_,n_tiles,tma,max_kc", [(48, 2, False, 256), (40, 3, False, 256), (48, 1, True, 256),
                                                    (40, 4, True, 256), (48, 2, True, 16), (40, 3, False, 16)])

@@ -227,7 +227,7 @@ def _gemm_tile(
     USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    PREFETCH_S: tl.constexpr, EPI_EARLY: tl.constexpr,
+    PREFETCH_S: tl.constexpr, EPI_EARLY: tl.constexpr, ONE_DOT: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
 
@@ -261,6 +261,12 @@ def _gemm_tile(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if ONE_DOT:
+        # gate and up in ONE dot: b_desc is the 3-D view [E * 2, N_OUT, K] of the halves
+        # layout, whose [2, BN, BK] box holds this tile's gate rows and its up rows; the
+        # [BM, 2 BN] accumulator is split after the loop. One wgmma of width 2 BN reads the A
+        # tile from shared memory once a K step where two of width BN read it twice
+        acc2 = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.int32 if INT_ACC else tl.float32)
     if A_SCALE == 3:
         as_ptrs = a_scale_ptr + a_rows * stride_asm                             # [BM]
     if B_SCALE == 3:
@@ -325,7 +331,10 @@ def _gemm_tile(
             a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         else:
             a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
-        if USE_TMA:
+        if ONE_DOT:
+            b = tl.trans(tl.reshape(b_desc.load([(2 * e).to(tl.int32), pid_n * BLOCK_N, k_at]),
+                                    (2 * BLOCK_N, BLOCK_K)))                      # [BK, 2 BN]
+        elif USE_TMA:
             b = tl.trans(b_desc.load([b_row, k_at]))                              # [BK, BN]
             if GATED:
                 b_u = tl.trans(b_desc.load([b_row + N_OUT, k_at]))
@@ -339,7 +348,7 @@ def _gemm_tile(
                 b_u = tl.load(b_ptrs + up, mask=k_ok[:, None], other=0.0)
         if CAST_B:                                    # weight-only: 8-bit B, 16-bit A
             b = b.to(a.dtype)
-            if GATED:
+            if GATED and not ONE_DOT:
                 b_u = b_u.to(a.dtype)
         if RESCALE:
             kg = (k_lo + it * BLOCK_K) // GROUP_K
@@ -396,6 +405,8 @@ def _gemm_tile(
                 if B_SCALE == 3:
                     sb = tl.load(bs_up_ptrs + kg * stride_bsk)[None, :]
                 acc_u += _dot(a, b_u, None, FP32_IEEE, False).to(tl.float32) * (sa * sb)
+        elif ONE_DOT:
+            acc2 = _dot(a, b, acc2, FP32_IEEE, INT_ACC)
         else:
             acc = _dot(a, b, acc, FP32_IEEE, INT_ACC)
             if GATED:
@@ -404,6 +415,8 @@ def _gemm_tile(
         b_ptrs += BLOCK_K * stride_bk
 
     # ---- epilogue: scales, bias, activation, routing weight, store ----
+    if ONE_DOT:   # columns [0, BN) are the gate's, [BN, 2 BN) the up's
+        acc, acc_u = tl.split(tl.permute(tl.reshape(acc2, (BLOCK_M, 2, BLOCK_N)), (0, 2, 1)))
     acc = acc.to(tl.float32)
     acc_u = acc_u.to(tl.float32)
     if RESCALE:                                       # times the last K group's scale
@@ -513,6 +526,7 @@ def _moe_gemm_kernel(
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
     BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, PREFETCH_S: tl.constexpr = False,
     EPI_EARLY: tl.constexpr = False, ZERO: tl.constexpr = False, ZB: tl.constexpr = 2048,
+    ONE_DOT: tl.constexpr = False,
 ):
     # ZERO: z [z_numel] (GEMM2's atomic k-sum output) is zeroed by this launch, a share stored
     # at the start of each tile (stores need no wait, so they drain under the K loop; after the
@@ -552,7 +566,8 @@ def _moe_gemm_kernel(
                 limit, alpha,
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY)
+                Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY,
+                ONE_DOT)
     else:
         if ZERO:   # before any early return: every program of the grid shares z
             _zero_share(z_ptr, z_numel, pid, tl.num_programs(0), ZB)
@@ -578,7 +593,8 @@ def _moe_gemm_kernel(
             limit, alpha,
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
-            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY)
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY,
+                ONE_DOT)
 
 
 @triton.jit
@@ -865,8 +881,16 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     rescale = 3 in (a_mode, b_mode) and bool(config.get("RESCALE", False)) and not (
         a.dtype == torch.int8 and b.dtype == torch.int8)
     b_desc = None
+    # GU_ONE_DOT: a gated GEMM's gate and up tiles in one dot of width 2 BN (see _gemm_tile);
+    # needs the TMA descriptor, and not block scales (their per-group dots stay apart)
+    one_dot = (bool(config.get("GU_ONE_DOT", False)) and act in (0, 1, 2, 3) and 3 not in (a_mode, b_mode)
+               and b.shape[1] == 2 * n_out)
     if config.get("USE_TMA", False) and TensorDescriptor is not None and _tma_ok(b):
-        b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
+        if one_dot:
+            b_desc = TensorDescriptor.from_tensor(b.view(2 * b.shape[0], n_out, b.shape[2]), [2, BN, BK])
+        else:
+            b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
+    one_dot = one_dot and b_desc is not None
     a_dt, b_dt = a.dtype, b.dtype
     s_am, s_ak = a.stride()[:2]                      # one stride() call per tensor, not one per dim
     s_be, s_bn, s_bk = b.stride()[:3]
@@ -898,7 +922,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
         PREFETCH_S=rescale and SCALE_PREFETCH,
         EPI_EARLY=epilogue_loads_early(a_dt),
-        ZERO=zero is not None,
+        ZERO=zero is not None, ONE_DOT=one_dot,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
