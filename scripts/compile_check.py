@@ -18,6 +18,7 @@ ptxas (bundled with the triton wheel).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -147,6 +148,16 @@ def grouped_cases() -> list:
             gg.gemm1_act(torch.empty(T, H, dtype=bf), torch.empty(E, 2 * I, H, dtype=bf), align, k, "silu",
                          torch.empty(n, I, dtype=bf), config=c1x, zero=torch.empty(T, H, dtype=bf))
             out.append((f"grouped gemm1 bfloat16 zero{label}", captured[0]))
+        # GEMM1's gate and up in one dot of width 2 BN (GU_ONE_DOT, session 24): bf16, fp8 / int8 per channel,
+        # one tile a program and persistent (Mixtral T=16384's shipped GEMM1 kind)
+        for wd in (bf, fp8, i8):
+            q = {} if wd == bf else dict(quant="channel", a_scale=torch.empty(T, 1), b_scale=torch.empty(E, 2 * I))
+            for label, c1x in (("", c1), (" persistent", dict(c1, PERSISTENT=1))):
+                captured.clear()
+                gg.gemm1_act(torch.empty(T, H, dtype=wd), torch.empty(E, 2 * I, H, dtype=wd), align, k, "silu",
+                             torch.empty(n, I, dtype=bf), config=dict(c1x, USE_TMA=True, GU_ONE_DOT=True,
+                                                                        BLOCK_SIZE_K=64 if wd == bf else 128), **q)
+                out.append((f"grouped gemm1 {str(wd)[6:]} one_dot{label}", captured[0]))
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
@@ -498,7 +509,9 @@ def main() -> int:
         t0 = time.perf_counter()
         try:
             ck = compile_spec(spec)
-            mma = "wgmma" if "wgmma" in ck.asm["ptx"] else ("mma" if "mma.sync" in ck.asm["ptx"] else "")
+            ptx = ck.asm["ptx"]
+            mma = "wgmma " + ",".join(sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))) \
+                if "wgmma" in ptx else ("mma" if "mma.sync" in ptx else "")
             print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B {mma}"
                   f"  {reg_usage(ck.asm['cubin'])}", flush=True)
         except Exception as e:  # print the compiler's message and go on

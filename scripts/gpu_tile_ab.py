@@ -686,6 +686,22 @@ ROUNDS["s24t39"] = [   # session 24, run under triton 3.9 (T39=1 / scripts/t39_e
         ("g2 s3", "gemm2", dict(num_stages=3)),
     ], "int8_channel"),
 ]
+_ONE = dict(GU_ONE_DOT=True)
+ROUNDS["s24onedot"] = [   # session 24 (H100): GEMM1's gate and up tiles in ONE dot of width 2 BN (GU_ONE_DOT):
+    # one wgmma m64n256 a K step where two m64n128 read the A tile from shared memory twice (sm_90
+    # compile: bf16 GEMM1 128x(2x128) 255 -> 173 registers). The dense Mixtral T=16384 GEMM1 with
+    # one 128x256 dot ran 11.1 ms (multicast_probe tl) where the library's GEMM1 takes 12.6
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g1 one", "gemm1", _ONE)]),
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 one", "gemm1", _ONE)]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 tma", "gemm1", dict(USE_TMA=True)),
+                                              ("g1 tma one", "gemm1", dict(_ONE, USE_TMA=True))]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 one", "gemm1", _ONE)]),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g1 one", "gemm1", _ONE)]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 one", "gemm1", _ONE)], "fp8_channel"),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g1 one", "gemm1", _ONE)], "fp8_channel"),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 one", "gemm1", _ONE)]),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g1 one", "gemm1", _ONE)]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
