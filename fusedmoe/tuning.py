@@ -545,10 +545,17 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
         # weight tiles through a TMA descriptor (grouped_gemm's USE_TMA; triton >= 3.4, Hopper+):
         # 0.4-3.6% on H100 prefill in docs/BENCHMARKS.md's A/B, mixed at T=1024: worth timing
         # where tiles are tensor-core sized; decode tiles (BM 16) are left alone
+        # A gated GEMM1 also tries its gate and up tiles as one dot of width 2 BN (GU_ONE_DOT, needs
+        # the descriptor; not with block scales): H100 Mixtral T=16384 18.3 -> 17.6 ms, T=1024 1552
+        # -> 1449 us, deepseek-v3 tp8 T=16384 3685 -> 3489; qwen3 fp8_channel T=4096 (64 x 256)
+        # 527 -> 543 (docs/BENCHMARKS.md, twenty-fourth section)
+        one_dot_ok = gemm == "gemm1" and gated and s.method != QuantMethod.FP8_BLOCK
         if _tma_available():
             for t in tiles:
                 if t["BLOCK_SIZE_M"] >= 64 and not t.get("USE_TMA"):
                     out.append({**t, "USE_TMA": True})
+                if t["BLOCK_SIZE_M"] >= 64 and one_dot_ok and not t.get("GU_ONE_DOT"):
+                    out.append({**t, "USE_TMA": True, "GU_ONE_DOT": True})
     elif stage == "persistent":
         # a few programs per SM looping over the tiles (grouped_gemm's PERSISTENT; FLATTEN fuses
         # the tile and K loops into one pipeline): prefill tiles with a short K loop leave the

@@ -289,8 +289,14 @@ def test_candidates_tma_stage(monkeypatch):
     t64, t16 = full(64), full(16)
     monkeypatch.setattr(tuning, "_tma_available", lambda: True)
     got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64, t16])
-    assert got == [{**t64, "USE_TMA": True}]             # decode tiles (BM 16) are not tried
-    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got) == []
+    # decode tiles (BM 16) are not tried; a gated GEMM1 also tries gate and up as one dot
+    assert got == [{**t64, "USE_TMA": True}, {**t64, "USE_TMA": True, "GU_ONE_DOT": True}]
+    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[1:]) == []
+    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[:1]) == got[1:]
+    # not GEMM2, not an ungated GEMM1, not under block scales (their per-group dots stay apart)
+    for kw in (dict(gemm="gemm2"), dict(gated=False), dict(scheme="fp8_block")):
+        got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64], **kw)
+        assert got == [{**t64, "USE_TMA": True}], kw
     monkeypatch.setattr(tuning, "_tma_available", lambda: False)
     assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64]) == []
 

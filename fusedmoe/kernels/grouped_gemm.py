@@ -42,7 +42,11 @@ the multiply each dot waits on had waited on them (H100 deepseek-v3 tp8 fp8_bloc
 1005 -> 986 us; docs/BENCHMARKS.md, nineteenth section).
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K[, USE_TMA, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N, MASK_A]). BLOCK_SIZE_M must divide the
+num_stages, SPLIT_K[, USE_TMA, GU_ONE_DOT, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N,
+MASK_A]). GU_ONE_DOT (gated GEMM1 with USE_TMA, no block scales): the gate and up tiles in one dot
+of width 2 BN through a [2, BN, BK] box of the 3-D view [2E, N, K] of the halves layout (one
+wgmma m64n256 where two m64n128 read A from shared memory twice; bf16 128 x (2 x 128): 255 -> 173
+registers; H100 Mixtral T=16384 18.3 -> 17.6 ms, T=1024 1552 -> 1449 us). BLOCK_SIZE_M must divide the
 AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
 through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
 weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
