@@ -702,6 +702,7 @@ ROUNDS["s24onedot"] = [   # session 24 (H100): GEMM1's gate and up tiles in ONE 
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 one", "gemm1", _ONE)]),
     ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g1 one", "gemm1", _ONE)]),
 ]
+ROUNDS["s24ds4k"] = [("deepseek-v3", 8, 4096, "E=256,N=256,", [("g1 one", "gemm1", _ONE)])]   # s24onedot's cut
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
