@@ -710,7 +710,8 @@ ROUNDS["s24q8"] = [   # session 24 (H100): with GU_ONE_DOT the bf16 layers got f
         ("g1 64x128 one", "gemm1", dict(_ONE, BLOCK_SIZE_N=128)),
         ("g1 128x128 s4 one", "gemm1", dict(_ONE, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_stages=4)),
     ], "fp8_channel"),
-    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g1 one", "gemm1", _ONE)], "int8_channel"),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g1 64x128 one", "gemm1", dict(_ONE, BLOCK_SIZE_N=128))],
+     "int8_channel"),
     ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 one", "gemm1", _ONE)], "int8_channel"),
 ]
 
