@@ -47,20 +47,22 @@ except ImportError:  # pragma: no cover
 
 
 @gluon.jit
+def _tile_offsets(t, N, M_E, BM: gl.constexpr, BN: gl.constexpr):
+    mb_per_e = M_E // BM
+    nb = N // BN
+    mb = t % mb_per_e
+    en = t // mb_per_e
+    e = en // nb
+    return e * M_E + mb * BM, e * N + (en % nb) * BN, (en % nb) * BN
+
+
+@gluon.jit
 def _gl_kernel(a_desc, b_desc, c_ptr, N, K, M_E, stride_cm,
                MC: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                STAGES: gl.constexpr, num_warps: gl.constexpr):
     """One program = one cluster tile of BM rows (split over the cluster's CTAs) x BN columns.
     Programs in order (expert, n-block, m-block): neighbours share the expert's B tile in L2."""
-    pid = gl.program_id(0)
-    mb_per_e = M_E // BM
-    nb = N // BN
-    mb = pid % mb_per_e
-    en = pid // mb_per_e
-    e = en // nb
-    off_am = e * M_E + mb * BM
-    off_bn = e * N + (en % nb) * BN
-    off_cn = (en % nb) * BN
+    off_am, off_bn, off_cn = _tile_offsets(gl.program_id(0), N, M_E, BM, BN)
     CGA: gl.constexpr = [[1, 0]] if MC else []
     IK: gl.constexpr = 256 // a_desc.dtype.primitive_bitwidth
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -112,16 +114,6 @@ def _gl_kernel(a_desc, b_desc, c_ptr, N, K, M_E, stride_cm,
 # wgmma in flight, and release a stage once the dot that read it has retired. The tensor cores
 # only wait on the consumers' epilogue (a direct store), which the producer's loads of the next
 # tile overlap. (Session 22's gl_ws in gluon_block_probe.py issued synchronous dots.)
-
-
-@gluon.jit
-def _tile_offsets(t, N, M_E, BM: gl.constexpr, BN: gl.constexpr):
-    mb_per_e = M_E // BM
-    nb = N // BN
-    mb = t % mb_per_e
-    en = t // mb_per_e
-    e = en // nb
-    return e * M_E + mb * BM, e * N + (en % nb) * BN, (en % nb) * BN
 
 
 @gluon.jit
