@@ -24,7 +24,10 @@ Lookup rules:
   that is too large only wastes masked rows, while one tuned for fewer tokens can starve the
   tensor cores.
 - A file tuned under another Triton major.minor is still used; ``LaunchConfigs.notes`` says so
-  (and is shown in the selection report).
+  (and is shown in the selection report). A file may hold entries tuned under other Tritons in
+  ``"triton_versions": {"3.9": {"16384": {...}, ...}}``: under that major.minor they win for
+  their T (the notes name them). ``fusedmoe tune`` under another Triton than an existing file's
+  writes its results there and leaves the file's own entries alone.
 - No file: ``fusedmoe.kernels.grouped_gemm.default_config`` (shape-aware defaults) and ONE
   warning per file name per process, naming the file and the folders searched.
 
@@ -135,6 +138,30 @@ def _major_minor(v: Optional[str]) -> Optional[tuple]:
         return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
     except ValueError:
         return None
+
+
+def _mm_str(v: Optional[str]) -> Optional[str]:
+    """'3.9.0' -> '3.9' (the key of a file's per-version section); None if unparsable."""
+    mm = _major_minor(v)
+    return f"{mm[0]}.{mm[1]}" if mm else None
+
+
+#: a file's entries tuned under another Triton major.minor than its own ``triton_version``:
+#: {"triton_versions": {"3.9": {"16384": {"gemm1": ..., "gemm2": ...}, "meta": {...}}}}
+VERSIONS_KEY = "triton_versions"
+
+
+def _version_section(data: dict, run: Optional[str], fname: str) -> dict:
+    """{T: (cfg1, cfg2)} of the running Triton's section of a file whose own entries were tuned
+    under another major.minor ({} when there is none or the versions match)."""
+    mm = _mm_str(run)
+    sections = data.get(VERSIONS_KEY)
+    if mm is None or not isinstance(sections, dict) or _major_minor(data.get("triton_version")) == _major_minor(run):
+        return {}
+    sec = sections.get(mm)
+    if not isinstance(sec, dict) or not any(str(k).isdigit() for k in sec):
+        return {}
+    return _parse_table(sec, f"{fname}[{VERSIONS_KEY!r}][{mm!r}]")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -349,7 +376,14 @@ class LaunchConfigs:
         fv = data.get("triton_version")
         notes = []
         run = _running_triton_version()
-        if fv is None:
+        section = _version_section(data, run, fname)
+        if section:
+            # entries tuned under the running Triton (`fusedmoe tune` under another major.minor
+            # than the file's writes them there, keeping the file's own): they win for their T
+            table.update(section)
+            notes.append(f"{fname}: T={sorted(section)} from its Triton {_mm_str(run)} entries, the others tuned "
+                         f"with Triton {fv}")
+        elif fv is None:
             notes.append(f"{fname} has no triton_version; it was used as is")
         elif _major_minor(fv) != _major_minor(run):
             notes.append(f"{fname} was tuned with Triton {fv}, running {run}: configs are used anyway; "
@@ -728,27 +762,41 @@ def _reset_workspaces(pe) -> None:
 
 def write_config_file(path: str, results: dict, meta: Optional[dict] = None) -> str:
     """Write {T: {"gemm1", "gemm2"}} (+ meta) to ``path`` atomically. Entries of an existing
-    file tuned with the same Triton major.minor are kept for the T not re-tuned."""
+    file tuned with the same Triton major.minor are kept for the T not re-tuned. An existing
+    file tuned under another major.minor is kept whole: the results go to its section for the
+    running Triton (``VERSIONS_KEY``), which the lookup prefers under that Triton."""
     run = _running_triton_version()
-    entries, old_meta = {}, {}
+    entries, old_meta, old = {}, {}, None
+    mode = "new"                # "same": the file's own Triton; "section": another Triton's file
     if os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
                 old = json.load(f)
-            if _major_minor(old.get("triton_version")) == _major_minor(run):
-                entries = {int(k): v for k, v in old.items() if str(k).isdigit()}
-                old_meta = old.get("meta") if isinstance(old.get("meta"), dict) else {}
-        except (OSError, ValueError):
-            entries = {}
+            fv = old.get("triton_version")
+            if _major_minor(fv) == _major_minor(run):
+                mode, src = "same", old
+            elif fv is not None and _mm_str(run) is not None and any(str(k).isdigit() for k in old):
+                mode, src = "section", (old.get(VERSIONS_KEY) or {}).get(_mm_str(run)) or {}
+            if mode != "new":
+                entries = {int(k): v for k, v in src.items() if str(k).isdigit()}
+                old_meta = src.get("meta") if isinstance(src.get("meta"), dict) else {}
+        except (OSError, ValueError, AttributeError):
+            entries, old_meta, mode = {}, {}, "new"
     entries.update({int(T): v for T, v in results.items()})
     data = {"triton_version": run}
     for T in sorted(entries):
         data[str(T)] = entries[T]
-    if meta is not None:
+    if meta is not None or old_meta:
         # the per-T records of earlier runs stay (for the T kept), as do notes added by hand
+        meta = meta or {}
         points = {k: v for k, v in (old_meta.get("points") or {}).items() if k.isdigit() and int(k) in entries}
         points.update(meta.get("points") or {})
         data["meta"] = {**{k: v for k, v in old_meta.items() if k not in meta}, **meta, "points": points}
+    if mode == "same" and isinstance(old.get(VERSIONS_KEY), dict):
+        data[VERSIONS_KEY] = old[VERSIONS_KEY]          # other Tritons' sections stay
+    elif mode == "section":
+        data.pop("triton_version")
+        data = {**old, VERSIONS_KEY: {**(old.get(VERSIONS_KEY) or {}), _mm_str(run): data}}
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)

@@ -455,6 +455,53 @@ def test_written_file_round_trips_and_merges(isolated):
     assert lc.get(20)[1]["BLOCK_SIZE_M"] == 32 and lc.get(200)[0]["BLOCK_SIZE_M"] == 64
 
 
+def test_triton_version_section_wins_under_its_triton(isolated, monkeypatch):
+    # a file tuned under 3.6 with a section of 3.9 entries: under 3.9 the section's T win and the
+    # other T come from the file's own entries (the report says which); under 3.6 the section is unused
+    user, _ = isolated
+    d = table(16, 4096)
+    d["triton_versions"] = {"3.9": {"4096": {"gemm1": cfg(64, 32), "gemm2": cfg(64, 64)}, "meta": {"x": 1}}}
+    write(user, config_file_name(8, 14336, DEV), d)
+    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.9.1")
+    lc = load()
+    assert lc.get(4096)[0]["BLOCK_SIZE_N"] == 32 and lc.get(4096)[1]["BLOCK_SIZE_N"] == 64
+    assert lc.get(16) == load_36_entry(d, "16")
+    assert any("T=[4096] from its Triton 3.9 entries" in n for n in lc.notes)
+    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.6.0")
+    lc = load()
+    assert lc.get(4096) == load_36_entry(d, "4096") and not lc.notes
+    # a section with no token-count keys is no section: the version-mismatch note instead
+    d["triton_versions"] = {"3.9": {"meta": {}}}
+    write(user, config_file_name(8, 14336, DEV), d)
+    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.9.0")
+    assert any("tuned with Triton 3.6.0, running 3.9.0" in n for n in load().notes)
+
+
+def load_36_entry(d, key):
+    return tuning._split_entry(d[key], key)
+
+
+def test_write_under_another_triton_keeps_the_file_and_adds_its_section(isolated, monkeypatch):
+    user, _ = isolated
+    path = os.path.join(str(user), config_file_name(8, 14336, DEV))
+    tuning.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}}, {"points": {"16": {"us": 1.0}}})
+    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.9.0")
+    tuning.write_config_file(path, {16: {"gemm1": full(64), "gemm2": full(64)}}, {"points": {"16": {"us": 2.0}}})
+    tuning.write_config_file(path, {256: {"gemm1": full(128), "gemm2": full(128)}})     # merges into it
+    data = json.load(open(path))
+    assert data["triton_version"] == "3.6.0" and data["16"]["gemm1"]["BLOCK_SIZE_M"] == 16   # untouched
+    sec = data["triton_versions"]["3.9"]
+    assert set(sec) == {"16", "256", "meta"} and sec["16"]["gemm1"]["BLOCK_SIZE_M"] == 64
+    assert sec["meta"]["points"] == {"16": {"us": 2.0}}
+    assert load().get(200)[0]["BLOCK_SIZE_M"] == 128
+    # back under 3.6: its own entries are rewritten, the 3.9 section stays
+    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.6.2")
+    tuning.write_config_file(path, {4096: {"gemm1": full(128), "gemm2": full(128)}})
+    data = json.load(open(path))
+    assert set(k for k in data if k.isdigit()) == {"16", "4096"} and data["triton_version"] == "3.6.2"
+    assert data["triton_versions"]["3.9"]["16"]["gemm1"]["BLOCK_SIZE_M"] == 64
+
+
 def test_tune_refuses_cpu():
     with pytest.raises(ConfigError, match="CUDA"):
         tuning.tune(MoEConfig(8, 2, 64, 32), "none", [1], platform="cpu")
