@@ -158,6 +158,22 @@ def grouped_cases() -> list:
                              torch.empty(n, I, dtype=bf), config=dict(c1x, USE_TMA=True, GU_ONE_DOT=True,
                                                                         BLOCK_SIZE_K=64 if wd == bf else 128), **q)
                 out.append((f"grouped gemm1 {str(wd)[6:]} one_dot{label}", captured[0]))
+        # HALF_TAIL (session 25): a tile whose second half is padding at half height: GEMM1 one dot,
+        # one tile a program and persistent (Mixtral T=1024's kind), fp8 per channel; GEMM2 with
+        # split K 2 and the atomic k-sum
+        for wd in (bf, fp8):
+            q = {} if wd == bf else dict(quant="channel", a_scale=torch.empty(T, 1), b_scale=torch.empty(E, 2 * I))
+            for label, c1x in (("", c1), (" persistent", dict(c1, PERSISTENT=1))):
+                captured.clear()
+                gg.gemm1_act(torch.empty(T, H, dtype=wd), torch.empty(E, 2 * I, H, dtype=wd), align, k, "silu",
+                             torch.empty(n, I, dtype=bf), config=dict(c1x, USE_TMA=True, GU_ONE_DOT=True, HALF_TAIL=True,
+                                                                        BLOCK_SIZE_K=64 if wd == bf else 128), **q)
+                out.append((f"grouped gemm1 {str(wd)[6:]} half_tail{label}", captured[0]))
+        captured.clear()
+        gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
+                 torch.empty(T, H, dtype=bf), config=dict(c2, SPLIT_K=2, USE_TMA=True, HALF_TAIL=True),
+                 reduce="atomic_out")
+        out.append(("grouped gemm2 bfloat16 half_tail split2 atomic_out", captured[0]))
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),

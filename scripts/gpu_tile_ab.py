@@ -726,6 +726,17 @@ ROUNDS["s25next"] = [   # prepared in session 24, not run (H100; on an H200 it t
                                                 ("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 P1", "gemm1", dict(PERSISTENT=1, FLATTEN=False))]),
 ]
+_HT = dict(HALF_TAIL=True)
+ROUNDS["s25half"] = [   # session 25 (H100): HALF_TAIL, a tile whose second half of rows is padding at half height
+    # (Mixtral T=1024: ~256 +- 16 rows an expert, so about half the experts pay a third 128-row tile for a few rows)
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 half", "gemm1", _HT), ("g2 half", "gemm2", _HT),
+                                              ("both half", [("gemm1", _HT), ("gemm2", _HT)])]),
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("both half", [("gemm1", _HT), ("gemm2", _HT)])]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 half", "gemm1", _HT),
+                                                ("g2 half noflat", "gemm2", dict(_HT, FLATTEN=False))]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 half", "gemm1", _HT)]),
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("both half", [("gemm1", _HT), ("gemm2", _HT)])]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]

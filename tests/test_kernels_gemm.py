@@ -340,6 +340,59 @@ def test_gemm1_gate_up_one_dot(act, H_, I_, extra):
     assert _rel(outs[1], outs[0]) < 1e-6      # the same sums, in one dot instead of two
 
 
+def _routing_counts(counts, seed=0, device=DEV):
+    """(topk_weights, topk_ids) for k = 2 with exactly ``counts[e]`` slots on global expert e
+    (sum even, no count above T): the slots listed by expert fill slot 0 of every token, then
+    slot 1, so a token's two experts differ; tokens then shuffled."""
+    T_ = sum(counts) // 2
+    assert 2 * T_ == sum(counts) and max(counts) <= T_
+    flat = torch.cat([torch.full((c,), e, dtype=torch.int32) for e, c in enumerate(counts)])
+    ids = flat.view(2, T_).t().contiguous()
+    g = torch.Generator().manual_seed(seed)
+    ids = ids[torch.randperm(T_, generator=g)]
+    w = torch.rand(T_, 2, generator=g) + 0.1
+    return (w / w.sum(-1, keepdim=True)).float().to(device), ids.to(device)
+
+
+@pytest.mark.parametrize("counts", [(40, 10, 9, 50, 0, 27), (1, 0, 0, 1, 0, 0)])
+@pytest.mark.parametrize("mode", ["gemm1 one_dot persistent", "gemm1", "gemm2 split2 atomic", "gemm2 persistent"])
+def test_half_tail(counts, mode):
+    # HALF_TAIL: a tile whose second half of rows is padding runs at half height. BM 32 (half
+    # 16) with local experts of 40 rows (32 + 8: its second tile half height), 10 (one half
+    # tile), 50 (32 + 18: full tiles only), 0 and 27 (> 16: full), a non-local expert (9
+    # rows, dropped) and T = 1 (one row on a local expert, one on a non-local). Against the
+    # kernel without HALF_TAIL and the reference; bias, the silu clamp.
+    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(5, 72, 40, torch.float32, bias=True)
+    tw, ids = _routing_counts(counts, seed=3)
+    x = _x(ids.shape[0], 72, torch.float32)
+    big = dict(SMALL, BLOCK_SIZE_M=32)
+    c1, c2, reduce = dict(big), dict(big), "deterministic"
+    if mode.startswith("gemm1"):
+        if "one_dot" in mode:
+            c1.update(USE_TMA=True, GU_ONE_DOT=True)
+        if "persistent" in mode:
+            c1.update(PERSISTENT=1)
+        tuned = "config1"
+    else:
+        if "split2" in mode:
+            c2.update(SPLIT_K=2)
+            reduce = "atomic"
+        if "persistent" in mode:
+            c2.update(PERSISTENT=1)
+        tuned = "config2"
+    outs = []
+    for half in (False, True):
+        cfgs = dict(config1=c1, config2=c2)
+        cfgs[tuned] = dict(cfgs[tuned], HALF_TAIL=half)
+        outs.append(moe_forward_triton(x, w13, w2, tw, ids, "silu", **cfgs, expert_map=emap, w13_bias=b13,
+                                       w2_bias=b2, swiglu_limit=0.5, reduce=reduce))
+    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
+    assert ref.abs().max() > 0
+    assert _rel(outs[1], ref) < 1e-5
+    assert _rel(outs[1], outs[0]) < 1e-6      # the same rows' sums, in a tile of half the height
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("I_,n_tiles,tma,max_kc", [(48, 2, False, 256), (40, 3, False, 256), (48, 1, True, 256),
                                                    (40, 4, True, 256), (48, 2, True, 16), (40, 3, False, 16)])

@@ -497,6 +497,63 @@ def _gemm_tile(
 
 
 @triton.jit
+def _tile_or_half(
+    pid_m, pid_n, pid_k, e,
+    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
+    N_OUT, K, num_pairs, k_tiles,
+    stride_am, stride_ak, stride_be, stride_bn, stride_bk,
+    stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
+    limit, alpha,
+    A_DIV: tl.constexpr, C_DIV: tl.constexpr,
+    GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    MUL_W: tl.constexpr, ATOMIC: tl.constexpr,
+    A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
+    EVEN_K: tl.constexpr, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr, CAST_B: tl.constexpr,
+    USE_TMA: tl.constexpr, RESCALE: tl.constexpr, SB_SCALAR: tl.constexpr,
+    Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    PREFETCH_S: tl.constexpr, EPI_EARLY: tl.constexpr, ONE_DOT: tl.constexpr, HALF_TAIL: tl.constexpr,
+):
+    """``_gemm_tile``, or with HALF_TAIL (config key) a tile whose second half of rows is all
+    padding computed as a tile of BLOCK_M / 2 rows: the rows [pid_m BM, pid_m BM + BM / 2) are
+    m-block 2 pid_m of the half height. Padding fills the END of an expert's run, so one
+    load (the first slot of the second half) tells. An expert with n rows costs
+    ceil(n / BM) full tiles without it: Mixtral T=1024 has ~256 +- 16 rows an expert, so
+    about half its experts pay a third 128-row tile for a few rows; with it that tile's MMAs
+    are half as many (the weight tile is read all the same). Both branches are compiled;
+    they are exclusive, so the registers are the larger one's."""
+    # (a constexpr False short-circuits the `and`: without HALF_TAIL neither the load nor
+    # the half branch is compiled)
+    if HALF_TAIL and tl.load(sorted_ids_ptr + pid_m * BLOCK_M + BLOCK_M // 2) >= num_pairs:
+        _gemm_tile(
+            pid_m * 2, pid_n, pid_k, e,
+            a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+            c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
+            stride_am, stride_ak, stride_be, stride_bn, stride_bk,
+            stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
+            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
+            limit, alpha,
+            A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
+            A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M // 2, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S,
+            EPI_EARLY, ONE_DOT)
+    else:
+        _gemm_tile(
+            pid_m, pid_n, pid_k, e,
+            a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+            c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
+            stride_am, stride_ak, stride_be, stride_bn, stride_bk,
+            stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
+            stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, stride_csm,
+            limit, alpha,
+            A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
+            A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
+            Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S,
+            EPI_EARLY, ONE_DOT)
+
+
+@triton.jit
 def _zero_share(z_ptr, z_numel, share, n_shares, ZB: tl.constexpr):
     """Store zeros into share ``share`` of ``n_shares`` equal runs (multiples of ZB elements)
     of the contiguous z [z_numel]: the output of GEMM2's atomic k-sum, zeroed by GEMM1 on the
@@ -530,7 +587,7 @@ def _moe_gemm_kernel(
     SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, PDL: tl.constexpr,
     BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, PREFETCH_S: tl.constexpr = False,
     EPI_EARLY: tl.constexpr = False, ZERO: tl.constexpr = False, ZB: tl.constexpr = 2048,
-    ONE_DOT: tl.constexpr = False,
+    ONE_DOT: tl.constexpr = False, HALF_TAIL: tl.constexpr = False,
 ):
     # ZERO: z [z_numel] (GEMM2's atomic k-sum output) is zeroed by this launch, a share stored
     # at the start of each tile (stores need no wait, so they drain under the K loop; after the
@@ -560,7 +617,7 @@ def _moe_gemm_kernel(
                 _zero_share(z_ptr, z_numel, tile, num_m * num_pid_n, ZB)
             pid_m, pid_n = _tile_coords(tile, num_m, num_pid_n, GROUP_M, BAND_N)
             e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
-            _gemm_tile(
+            _tile_or_half(
                 pid_m, pid_n, pid_k, e,
                 a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
                 c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
@@ -571,7 +628,7 @@ def _moe_gemm_kernel(
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
                 Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY,
-                ONE_DOT)
+                ONE_DOT, HALF_TAIL)
     else:
         if ZERO:   # before any early return: every program of the grid shares z
             _zero_share(z_ptr, z_numel, pid, tl.num_programs(0), ZB)
@@ -587,7 +644,7 @@ def _moe_gemm_kernel(
             # for it (GEMM2 BM 64 under GEMM1's BM 128 when most experts have <= 64 rows)
             if tl.load(sorted_ids_ptr + pid_m * BLOCK_M) >= num_pairs:
                 return
-        _gemm_tile(
+        _tile_or_half(
             pid_m, pid_n, pid_k, e,
             a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
             c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
@@ -598,7 +655,7 @@ def _moe_gemm_kernel(
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
             Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY,
-                ONE_DOT)
+            ONE_DOT, HALF_TAIL)
 
 
 @triton.jit
@@ -895,6 +952,10 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         else:
             b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
     one_dot = one_dot and b_desc is not None
+    # HALF_TAIL: a tile whose second half is padding runs at half height (_tile_or_half); a
+    # half of at least 16 rows (the smallest MMA tile), one tile a program or persistent
+    # without FLATTEN (the tile loop's body must be the K loop itself to be flattened)
+    half_tail = bool(config.get("HALF_TAIL", False)) and BM >= 32 and not (persistent and config.get("FLATTEN"))
     a_dt, b_dt = a.dtype, b.dtype
     s_am, s_ak = a.stride()[:2]                      # one stride() call per tensor, not one per dim
     s_be, s_bn, s_bk = b.stride()[:3]
@@ -926,7 +987,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
         PREFETCH_S=rescale and SCALE_PREFETCH,
         EPI_EARLY=epilogue_loads_early(a_dt),
-        ZERO=zero is not None, ONE_DOT=one_dot,
+        ZERO=zero is not None, ONE_DOT=one_dot, HALF_TAIL=half_tail,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
