@@ -737,6 +737,13 @@ ROUNDS["s25half"] = [   # session 25 (H100): HALF_TAIL, a tile whose second half
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 half", "gemm1", _HT)]),
     ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("both half", [("gemm1", _HT), ("gemm2", _HT)])]),
 ]
+ROUNDS["s25half2"] = [   # session 25 (H100): s25half's one gain (Mixtral T=4096, both GEMMs non-persistent) again,
+    # each GEMM alone; persistent GEMM1s lost 6-20% with HALF_TAIL (Mixtral T=1024 / 16384)
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("both half", [("gemm1", _HT), ("gemm2", _HT)]),
+                                              ("g1 half", "gemm1", _HT), ("g2 half", "gemm2", _HT),
+                                              ("both half again", [("gemm1", _HT), ("gemm2", _HT)])]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g2 half", "gemm2", _HT)]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
