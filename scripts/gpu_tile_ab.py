@@ -744,6 +744,16 @@ ROUNDS["s25half2"] = [   # session 25 (H100): s25half's one gain (Mixtral T=4096
                                               ("both half again", [("gemm1", _HT), ("gemm2", _HT)])]),
     ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g2 half", "gemm2", _HT)]),
 ]
+_ONE_T = dict(GU_ONE_DOT=True, USE_TMA=True)
+ROUNDS["s25h200one"] = [   # session 25 (H200, its own files): GU_ONE_DOT at the 128-row GEMM1 tiles, where it won
+    # on the H100 (session 24); USE_TMA with it, which one dot needs
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g1 one", "gemm1", _ONE_T)]),
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 one", "gemm1", _ONE_T)]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 one", "gemm1", _ONE_T)]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 one", "gemm1", _ONE_T)]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 one", "gemm1", _ONE_T)]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 one", "gemm1", _ONE_T)], "fp8_channel"),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
