@@ -754,6 +754,14 @@ ROUNDS["s25h200one"] = [   # session 25 (H200, its own files): GU_ONE_DOT at the
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 one", "gemm1", _ONE_T)]),
     ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 one", "gemm1", _ONE_T)], "fp8_channel"),
 ]
+ROUNDS["s25h200one2"] = [   # session 25 (H200): the one dot at the other points H100 took it; HALF_TAIL beside it
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [("g1 one", "gemm1", _ONE_T)]),
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 one half", "gemm1", dict(_ONE_T, HALF_TAIL=True))]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g2 half", "gemm2", _HT)]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 one", "gemm1", _ONE_T)], "int8_channel"),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g1 128x128 s4 one", "gemm1", dict(
+        _ONE_T, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_stages=4))], "fp8_channel"),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
