@@ -762,6 +762,14 @@ ROUNDS["s25h200one2"] = [   # session 25 (H200): the one dot at the other points
     ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g1 128x128 s4 one", "gemm1", dict(
         _ONE_T, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_stages=4))], "fp8_channel"),
 ]
+_ONE_128 = dict(_ONE_T, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_stages=4)
+ROUNDS["s25h200one3"] = [   # session 25 (H200): one dot at 128 x 128 where the shipped GEMM1 is 64 x 256 (the one
+    # dot lost at 64 x 256 on the H100); Mixtral T=1024 with the H100's GROUP_SIZE_M 32
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g1 128x128 s4 one", "gemm1", _ONE_128)]),
+    ("qwen3-30b-a3b", 1, 1024, "E=128,N=768,", [("g1 128x128 s4 one", "gemm1", _ONE_128)]),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g1 128x128 s4 one", "gemm1", _ONE_128)]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 group 32", "gemm1", dict(GROUP_SIZE_M=32))]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
