@@ -770,6 +770,10 @@ ROUNDS["s25h200one3"] = [   # session 25 (H200): one dot at 128 x 128 where the 
     ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g1 128x128 s4 one", "gemm1", _ONE_128)]),
     ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 group 32", "gemm1", dict(GROUP_SIZE_M=32))]),
 ]
+ROUNDS["s25one128"] = [   # session 25 (H100): the 128 x 128 one-dot GEMM1 that won at qwen3 T=1024 on the H200 (-3%)
+    ("qwen3-30b-a3b", 1, 1024, "E=128,N=768,", [("g1 128x128 s4 one", "gemm1", _ONE_128)]),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g1 128x128 s4 one", "gemm1", _ONE_128)]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
