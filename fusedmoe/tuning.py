@@ -595,10 +595,16 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
         # the tile and K loops into one pipeline): prefill tiles with a short K loop leave the
         # pipeline fill and the output stores exposed (deepseek-v3 tp8 GEMM2: K = I = 256, 4
         # iterations of BK 64 per tile); decode grids are a few waves at most, nothing to gain
+        # HALF_TAIL (a tile whose second half is padding runs at half height) beside them, one
+        # tile a program only: with PERSISTENT it measured 6-20% slower (H100 Mixtral T=1024 /
+        # 16384), one tile a program 0.2-1.4% faster (Mixtral T=1024 GEMM2; docs/BENCHMARKS.md,
+        # twenty-fifth section)
         if m > 64:
             for t in tiles:
                 if not t.get("PERSISTENT"):
                     out += [{**t, "PERSISTENT": p, "FLATTEN": fl} for p in persistents for fl in flattens]
+                    if t["BLOCK_SIZE_M"] >= 64 and not t.get("HALF_TAIL"):
+                        out.append({**t, "HALF_TAIL": True})
     elif stage == "resident":
         # GEMM2 with A resident (grouped_gemm's A_RESIDENT), prefill: 16-bit, or W8A8 with
         # per-tensor / per-channel / block scales (deepseek-v3 tp8 fp8_block, K = 2 groups:

@@ -280,6 +280,16 @@ def test_triton_gemm2_a_resident_through_the_layer(mk, feature):
     assert " A-resident x2" in _extras(dict(c, A_RESIDENT=2)) and "resident" not in _extras(c)
 
 
+def test_selection_report_names_one_dot_and_half_tail():
+    # the selection report's config extras name GU_ONE_DOT and HALF_TAIL where a config has them
+    from fusedmoe.backends.triton import _extras
+    c = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64)
+    assert _extras(c) == ""
+    assert _extras(dict(c, USE_TMA=True, GU_ONE_DOT=True)) == " tma one-dot"
+    assert _extras(dict(c, HALF_TAIL=True)) == " half-tail"
+    assert _extras(dict(c, GU_ONE_DOT=False, HALF_TAIL=False)) == ""
+
+
 @pytest.mark.parametrize("rescale", [False, True])
 @pytest.mark.parametrize("scheme", ["fp8_block", "fp8_channel"])
 def test_triton_grouped_nan_token_stays_in_its_row(mk, scheme, rescale):

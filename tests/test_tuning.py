@@ -301,6 +301,21 @@ def test_candidates_tma_stage(monkeypatch):
     assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64]) == []
 
 
+def test_candidates_persistent_stage_half_tail():
+    # the persistent stage: PERSISTENT x FLATTEN variants of a one-tile-a-program tile, and that
+    # tile with HALF_TAIL (one tile a program only: persistent it measured slower); none for a
+    # tile that is already persistent, a decode tile (BM 16) gets no HALF_TAIL, decode T none
+    t64, t16 = full(64), full(16)
+    got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent", tiles=[t64, t16])
+    halves = [c for c in got if c.get("HALF_TAIL")]
+    assert halves == [{**t64, "HALF_TAIL": True}]
+    assert all(not c.get("HALF_TAIL") for c in got if c.get("PERSISTENT"))
+    assert any(c.get("PERSISTENT") for c in got)
+    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent",
+                                    tiles=[{**t64, "PERSISTENT": 1}]) == []
+    assert tuning.candidate_configs(16, 8, 2, 4096, 14336, stage="persistent", tiles=[t64]) == []
+
+
 def test_candidates_fit_the_matrix_and_shared_memory():
     cands = tuning.candidate_configs(4096, 64, 8, 48, 40)  # tiny N and K
     assert cands

@@ -619,16 +619,22 @@ def _check(config: MoEConfig, quant, platform):
 
 
 def _extras(c: dict) -> str:
-    """The optional config keys a selection report shows: ' tma', ' persistentP[ flat]', ' rescale',
-    ' A-resident xN' (GEMM2 keeping its rows of h over N column tiles), ' column-band-major'
-    (its programs walking every m-block of a band of columns before the next band)."""
+    """The optional config keys a selection report shows: ' tma', ' one-dot' (GEMM1's gate and up
+    tiles as one dot), ' persistentP[ flat]', ' rescale', ' half-tail' (a tile whose second half
+    is padding at half height), ' A-resident xN' (GEMM2 keeping its rows of h over N column
+    tiles), ' column-band-major' (its programs walking every m-block of a band of columns before
+    the next band)."""
     out = " tma" if c.get("USE_TMA") else ""
+    if c.get("GU_ONE_DOT"):
+        out += " one-dot"
     if c.get("A_RESIDENT"):
         out += f" A-resident x{c['A_RESIDENT']}"
     if c.get("PERSISTENT"):
         out += f" persistent{c['PERSISTENT']}" + (" flat" if c.get("FLATTEN") else "")
     if c.get("RESCALE"):
         out += " rescale"
+    if c.get("HALF_TAIL"):
+        out += " half-tail"
     if c.get("BAND_MAJOR"):
         out += " column-band-major"
     return out

@@ -42,8 +42,13 @@ the multiply each dot waits on had waited on them (H100 deepseek-v3 tp8 fp8_bloc
 1005 -> 986 us; docs/BENCHMARKS.md, nineteenth section).
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
-num_stages, SPLIT_K[, USE_TMA, GU_ONE_DOT, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR, BAND_N,
-MASK_A]). GU_ONE_DOT (gated GEMM1 with USE_TMA, no block scales): the gate and up tiles in one dot
+num_stages, SPLIT_K[, USE_TMA, GU_ONE_DOT, HALF_TAIL, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR,
+BAND_N, MASK_A]). HALF_TAIL (the tiled kernel, BLOCK_SIZE_M >= 32, not with PERSISTENT + FLATTEN): a
+tile whose second half of rows is all padding runs as a tile of BM / 2 rows (``_tile_or_half``):
+half the MMAs for an expert's last few rows. H100 (docs/BENCHMARKS.md, twenty-fifth section): one
+tile a program 0.2-1.4% faster (Mixtral T=1024 GEMM2, shipped there); with PERSISTENT 6-20% SLOWER
+(sm_90 compile: 170 -> 255 registers, no spill, the same pipelined loops; the cause is not known),
+so the tuner tries it on one-tile-a-program configs only. GU_ONE_DOT (gated GEMM1 with USE_TMA, no block scales): the gate and up tiles in one dot
 of width 2 BN through a [2, BN, BK] box of the 3-D view [2E, N, K] of the halves layout (one
 wgmma m64n256 where two m64n128 read A from shared memory twice; bf16 128 x (2 x 128): 255 -> 173
 registers; H100 Mixtral T=16384 18.3 -> 17.6 ms, T=1024 1552 -> 1449 us). BLOCK_SIZE_M must divide the
