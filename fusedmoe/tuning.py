@@ -495,8 +495,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     ``tiles``), 'split' (GEMM2 only, few tokens per expert: SPLIT_K of ``tiles`` to fill the
     SMs), 'group' (GROUP_SIZE_M of ``tiles``, only when an expert spans several M blocks),
     'tma' (``tiles`` with USE_TMA, prefill tiles only, when triton has TMA descriptors),
-    'persistent' (``tiles`` with PERSISTENT programs per SM, without and with FLATTEN, prefill
-    only: more than 64 tokens per expert), 'resident' (GEMM2, 16-bit or W8A8, K <= 256,
+    'persistent' (``tiles`` with PERSISTENT programs per SM, without and with FLATTEN, and
+    one-tile-a-program ``tiles`` with HALF_TAIL, prefill only: more than 64 tokens per expert), 'resident' (GEMM2, 16-bit or W8A8, K <= 256,
     prefill: A_RESIDENT tiles, all of N a program, warps x stages that fit).
     ``space`` ({key: [values]}) replaces the generated values of a key.
     """
@@ -528,6 +528,7 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     splits = space.get("SPLIT_K") or [1, 2, 4, 8, 16]
     persistents = space.get("PERSISTENT") or [1, 2]
     flattens = space.get("FLATTEN") or [False, True]
+    half_tails = space.get("HALF_TAIL") or [False, True]
 
     def make(bm, bn, bk, w, st, g=1, sk=1):
         return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g,
@@ -602,8 +603,9 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
         if m > 64:
             for t in tiles:
                 if not t.get("PERSISTENT"):
-                    out += [{**t, "PERSISTENT": p, "FLATTEN": fl} for p in persistents for fl in flattens]
-                    if t["BLOCK_SIZE_M"] >= 64 and not t.get("HALF_TAIL"):
+                    base = {key: v for key, v in t.items() if key != "HALF_TAIL"}   # (not both)
+                    out += [{**base, "PERSISTENT": p, "FLATTEN": fl} for p in persistents for fl in flattens]
+                    if True in half_tails and t["BLOCK_SIZE_M"] >= 64 and not t.get("HALF_TAIL"):
                         out.append({**t, "HALF_TAIL": True})
     elif stage == "resident":
         # GEMM2 with A resident (grouped_gemm's A_RESIDENT), prefill: 16-bit, or W8A8 with

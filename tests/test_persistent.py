@@ -208,11 +208,13 @@ def test_tuner_persistent_stage_only_for_prefill():
     t = _full(128)
     # deepseek-v3 tp8 GEMM2 at T=16384: 512 tokens per expert
     got = tuning.candidate_configs(16384, 256, 8, 7168, 256, gemm="gemm2", stage="persistent", tiles=[t])
-    assert got == [{**t, "PERSISTENT": p, "FLATTEN": fl} for p in (1, 2) for fl in (False, True)]
-    assert tuning.candidate_configs(16384, 256, 8, 7168, 256, stage="persistent", tiles=got) == []
+    # (and the tile with HALF_TAIL: a tile whose second half is padding at half height)
+    assert got == [{**t, "PERSISTENT": p, "FLATTEN": fl} for p in (1, 2) for fl in (False, True)] + \
+        [{**t, "HALF_TAIL": True}]
+    assert tuning.candidate_configs(16384, 256, 8, 7168, 256, stage="persistent", tiles=got[:-1]) == []
     # 64 tokens per expert or fewer (decode, middle): one wave of tiles or less, nothing to gain
     assert tuning.candidate_configs(2048, 256, 8, 7168, 256, stage="persistent", tiles=[t]) == []
-    space = {"PERSISTENT": [3], "FLATTEN": [True]}
+    space = {"PERSISTENT": [3], "FLATTEN": [True], "HALF_TAIL": [False]}
     assert tuning.candidate_configs(16384, 256, 8, 7168, 256, stage="persistent", tiles=[t], space=space) == \
         [{**t, "PERSISTENT": 3, "FLATTEN": True}]
 

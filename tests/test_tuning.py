@@ -314,6 +314,9 @@ def test_candidates_persistent_stage_half_tail():
     assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent",
                                     tiles=[{**t64, "PERSISTENT": 1}]) == []
     assert tuning.candidate_configs(16, 8, 2, 4096, 14336, stage="persistent", tiles=[t64]) == []
+    # a HALF_TAIL tile's persistent variants drop it (the pair measured slower)
+    got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent", tiles=[{**t64, "HALF_TAIL": True}])
+    assert got and all("HALF_TAIL" not in c and c["PERSISTENT"] for c in got)
 
 
 def test_candidates_fit_the_matrix_and_shared_memory():
