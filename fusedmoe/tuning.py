@@ -496,8 +496,9 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     SMs), 'group' (GROUP_SIZE_M of ``tiles``, only when an expert spans several M blocks),
     'tma' (``tiles`` with USE_TMA, prefill tiles only, when triton has TMA descriptors),
     'persistent' (``tiles`` with PERSISTENT programs per SM, without and with FLATTEN, and
-    one-tile-a-program ``tiles`` with HALF_TAIL, prefill only: more than 64 tokens per expert), 'resident' (GEMM2, 16-bit or W8A8, K <= 256,
-    prefill: A_RESIDENT tiles, all of N a program, warps x stages that fit).
+    one-tile-a-program ``tiles`` with HALF_TAIL, prefill only: more than 64 tokens per expert),
+    'resident' (GEMM2, 16-bit or W8A8, K <= 256, prefill: A_RESIDENT tiles, all of N a program,
+    warps x stages that fit).
     ``space`` ({key: [values]}) replaces the generated values of a key.
     """
     s = QuantScheme.parse(scheme)

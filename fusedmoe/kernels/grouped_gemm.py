@@ -48,15 +48,15 @@ tile whose second half of rows is all padding runs as a tile of BM / 2 rows (``_
 half the MMAs for an expert's last few rows. H100 (docs/BENCHMARKS.md, twenty-fifth section): one
 tile a program 0.2-1.4% faster (Mixtral T=1024 GEMM2, shipped there); with PERSISTENT 6-20% SLOWER
 (sm_90 compile: 170 -> 255 registers, no spill, the same pipelined loops; the cause is not known),
-so the tuner tries it on one-tile-a-program configs only. GU_ONE_DOT (gated GEMM1 with USE_TMA, no block scales): the gate and up tiles in one dot
-of width 2 BN through a [2, BN, BK] box of the 3-D view [2E, N, K] of the halves layout (one
-wgmma m64n256 where two m64n128 read A from shared memory twice; bf16 128 x (2 x 128): 255 -> 173
-registers; H100 Mixtral T=16384 18.3 -> 17.6 ms, T=1024 1552 -> 1449 us). BLOCK_SIZE_M must divide the
-AlignResult's block_m; SPLIT_K applies to GEMM2 only; USE_TMA loads the weight tiles
-through a host-side TMA descriptor (triton >= 3.4; falls back to pointer loads when the
-weight is not contiguous or 16-byte aligned). See ``default_config`` for the decode and
-prefill regimes. A_RESIDENT = n (GEMM2 only: operands of one dtype, 16-bit without scales
-or 8-bit with per-tensor, per-channel or block scales on both; no split, K in at most 4
+so the tuner tries it on one-tile-a-program configs only. GU_ONE_DOT (gated GEMM1 with USE_TMA, no
+block scales): the gate and up tiles in one dot of width 2 BN through a [2, BN, BK] box of the 3-D
+view [2E, N, K] of the halves layout (one wgmma m64n256 where two m64n128 read A from shared
+memory twice; bf16 128 x (2 x 128): 255 -> 173 registers; H100 Mixtral T=16384 18.3 -> 17.6 ms,
+T=1024 1552 -> 1449 us). BLOCK_SIZE_M must divide the AlignResult's block_m; SPLIT_K applies to
+GEMM2 only; USE_TMA loads the weight tiles through a host-side TMA descriptor (triton >= 3.4;
+falls back to pointer loads when the weight is not contiguous or 16-byte aligned). See
+``default_config`` for the decode and prefill regimes. A_RESIDENT = n (GEMM2 only: operands of
+one dtype, 16-bit without scales or 8-bit with per-tensor, per-channel or block scales on both; no split, K in at most 4
 chunks of <= 256 columns (block scales: one K group a chunk); BLOCK_SIZE_K, GROUP_SIZE_M,
 PERSISTENT, RESCALE are then ignored): the A-resident kernel, one program per (m-block, n
 column tiles), see ``_moe_gemm2_resident_kernel``. BAND_MAJOR (with A_RESIDENT): programs
@@ -960,7 +960,8 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     # HALF_TAIL: a tile whose second half is padding runs at half height (_tile_or_half); a
     # half of at least 16 rows (the smallest MMA tile), one tile a program or persistent
     # without FLATTEN (the tile loop's body must be the K loop itself to be flattened)
-    half_tail = bool(config.get("HALF_TAIL", False)) and BM >= 32 and not (persistent and config.get("FLATTEN"))
+    half_tail = (bool(config.get("HALF_TAIL", False)) and BM >= 32
+                 and not (persistent and config.get("FLATTEN")))
     a_dt, b_dt = a.dtype, b.dtype
     s_am, s_ak = a.stride()[:2]                      # one stride() call per tensor, not one per dim
     s_be, s_bn, s_bk = b.stride()[:3]
