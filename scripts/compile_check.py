@@ -174,6 +174,21 @@ def grouped_cases() -> list:
                  torch.empty(T, H, dtype=bf), config=dict(c2, SPLIT_K=2, USE_TMA=True, HALF_TAIL=True),
                  reduce="atomic_out")
         out.append(("grouped gemm2 bfloat16 half_tail split2 atomic_out", captured[0]))
+        # h in sorted order (GEMM2 config SORTED_H, session 26): GEMM1 writing it at the sorted
+        # positions (one dot, persistent), GEMM2 reading it by TMA (one tile a program, split K 2
+        # with HALF_TAIL's pointer-loaded half tiles, persistent + flattened)
+        hs = torch.empty(align.max_padded, I, dtype=bf)
+        captured.clear()
+        gg.gemm1_act(torch.empty(T, H, dtype=bf), torch.empty(E, 2 * I, H, dtype=bf), align, k, "silu", hs,
+                     config=dict(c1, PERSISTENT=1, USE_TMA=True, GU_ONE_DOT=True), out_sorted=True)
+        out.append(("grouped gemm1 bfloat16 sorted_h one_dot persistent", captured[0]))
+        for label, c2x, red in (("", dict(c2, USE_TMA=True), "atomic_out"),
+                                (" split2 half_tail", dict(c2, USE_TMA=True, SPLIT_K=2, HALF_TAIL=True), "atomic_out"),
+                                (" persistent flat", dict(c2, USE_TMA=True, PERSISTENT=1, FLATTEN=True), "atomic_out")):
+            captured.clear()
+            gg.gemm2(hs, torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k), torch.empty(T, H, dtype=bf),
+                     config=c2x, reduce=red, h_sorted=True)
+            out.append((f"grouped gemm2 bfloat16 sorted_h{label}", captured[0]))
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),

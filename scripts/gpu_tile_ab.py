@@ -778,6 +778,20 @@ ROUNDS["s25one128w8"] = [   # session 25 (H100): s25one128's T=1024 variant kept
     # accumulator in 128 threads: GEMM1 954 us against ~300); with 8 warps, as the H200's entry has
     ("qwen3-30b-a3b", 1, 1024, "E=128,N=768,", [("g1 128x128 w8 s4 one", "gemm1", dict(_ONE_128, num_warps=8))]),
 ]
+_SH = dict(SORTED_H=True)
+ROUNDS["s26sorted"] = [   # session 26 (H100): GEMM2 reading h in sorted order (SORTED_H: GEMM1 writes it at the
+    # sorted positions, GEMM2 loads its [BM, BK] boxes by TMA instead of gathering rows by slot with cp.async)
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g2 sorted", "gemm2", _SH),
+                                              ("g2 sorted no half", "gemm2", dict(_SH, HALF_TAIL=False))]),
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g2 sorted", "gemm2", _SH)]),
+    ("qwen3-30b-a3b", 1, 1024, "E=128,N=768,", [("g2 sorted", "gemm2", _SH)]),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g2 sorted", "gemm2", _SH)]),
+]
+ROUNDS["s26sorted2"] = [   # session 26 (H100): s26sorted's other points
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g2 sorted", "gemm2", _SH)]),
+    ("deepseek-v3", 8, 1024, "E=256,N=256,", [("g2 sorted tma", "gemm2", dict(_SH, USE_TMA=True))]),
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g2 sorted", "gemm2", _SH)]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]

@@ -454,6 +454,29 @@ def test_triton_gemm2_block_m_above_gemm1s(mk, scheme):
     check(pe, cfg, w, mk.x(cfg, 64, seed=92).to(dev), mk.logits(cfg, 64, seed=93).to(dev))
 
 
+@pytest.mark.parametrize("scheme", ["none", "fp8_channel"])
+@pytest.mark.parametrize("tma", [False, True])
+def test_triton_sorted_h(mk, scheme, tma):
+    # GEMM2 config SORTED_H: on a 16-bit scheme the workspace's h has a row per padded position
+    # and GEMM1 / GEMM2 write / read it in sorted order; a W8A8 scheme ignores the key (its h is
+    # quantized per slot). Both match the reference; the report names it
+    from fusedmoe.backends.triton import _extras
+    cuda = torch.cuda.is_available()
+    dev = "cuda" if cuda else "cpu"
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")
+    w = mk.weights(cfg, scheme, seed=95).to(dev)
+    pe = prepare_experts(cfg, w, "triton")
+    ex = pe.kernel.experts
+    tiles = dict(BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=2,
+                 SPLIT_K=1, USE_TMA=tma)
+    ex.lc.get = lambda T: (dict(tiles), dict(tiles, SORTED_H=True))
+    ws = pe.kernel.workspace_for(64, cfg.top_k, dev)
+    rows = ws["sorted_ids"].numel() if scheme == "none" else 64 * cfg.top_k
+    assert tuple(ws["h"].shape) == (rows, cfg.intermediate_size)
+    assert _extras(dict(tiles, SORTED_H=True)).endswith(" sorted-h")
+    check(pe, cfg, w, mk.x(cfg, 64, seed=96).to(dev), mk.logits(cfg, 64, seed=97).to(dev))
+
+
 def test_triton_reduce_rule():
     # unset FUSEDMOE_REDUCE: atomic adds into the output where the H100 measured them faster
     # (CUDA, 16-bit output, >= 64 pairs a local expert, y up to 2^29 elements), else the

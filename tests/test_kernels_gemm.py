@@ -393,6 +393,68 @@ def test_half_tail(counts, mode):
     assert _rel(outs[1], outs[0]) < 1e-6      # the same rows' sums, in a tile of half the height
 
 
+_SORTED_MODES = {   # GEMM2 config over BM 32 (TMA: h by descriptor), reduce
+    "tma": (dict(USE_TMA=True), "deterministic"),
+    "pointer": ({}, "deterministic"),
+    "tma split2 half_tail atomic": (dict(USE_TMA=True, SPLIT_K=2, HALF_TAIL=True), "atomic"),
+    "tma persistent flat atomic_out": (dict(USE_TMA=True, PERSISTENT=1, FLATTEN=True), "atomic_out"),
+    "tma bm16 under 32": (dict(USE_TMA=True, BLOCK_SIZE_M=16), "deterministic"),
+}
+
+
+@pytest.mark.parametrize("counts", [(40, 10, 9, 50, 0, 27), (1, 0, 0, 1, 0, 0)])
+@pytest.mark.parametrize("mode", list(_SORTED_MODES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_sorted_h(counts, mode, dtype):
+    # GEMM2 config SORTED_H: GEMM1 writes h at the sorted positions (row p = slot
+    # sorted_ids[p]), GEMM2 reads its rows where they lie instead of gathering them by slot
+    # (by TMA with USE_TMA; HALF_TAIL's half tiles by pointer). Local experts of 40, 10, 50, 0
+    # and 27 rows under BM 32, a non-local expert (9 rows, dropped), T = 1; bias, the silu
+    # clamp, K = I = 40 (a K tail under BK 32). h's rows checked against the gathered h, the
+    # layer against the unsorted layer and the reference.
+    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(5, 72, 40, dtype, bias=True)
+    tw, ids = _routing_counts(counts, seed=5)
+    x = _x(ids.shape[0], 72, dtype)
+    c1 = dict(SMALL, BLOCK_SIZE_M=32, USE_TMA=True, GU_ONE_DOT=True, PERSISTENT=1)
+    over, reduce = _SORTED_MODES[mode]
+    c2 = {**SMALL, "BLOCK_SIZE_M": 32, **over}
+    align = align_block_size(ids, 32, 5, emap)
+    kw = dict(bias=b13, swiglu_limit=0.5, config=c1)
+    h = gemm1_act(x, w13, align, 2, "silu", **kw)
+    hs = gemm1_act(x, w13, align, 2, "silu", out_sorted=True, **kw)
+    assert hs.shape == (align.max_padded, 40)
+    pos = torch.arange(int(align.num_tokens_post_padded.item()), device=DEV)
+    slots = align.sorted_ids[pos].long()
+    real = slots < ids.numel()
+    assert real.any()
+    assert torch.equal(hs[pos[real]], h[slots[real]])           # every kept slot's row, in place
+    assert torch.isfinite(hs[pos]).all()                         # padding rows: finite values
+    outs = [gemm2(hh, w2, align, tw, bias=b2, config=dict(c2, SORTED_H=srt), reduce=reduce, h_sorted=srt)
+            for hh, srt in ((h, False), (hs, True))]
+    fwd = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=dict(c2, SORTED_H=True),
+                             expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5, reduce=reduce)
+    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
+    assert ref.abs().max() > 0
+    assert _rel(outs[1], outs[0]) < 1e-6                         # the same sums of the same rows
+    assert _rel(fwd, ref) < TOL[dtype]
+    assert _rel(outs[1], ref) < TOL[dtype]
+
+
+def test_sorted_h_errors():
+    # a sorted h needs the alignment's padded bound of rows, 16-bit without scales, the tiled kernel
+    w13, w2, _, _ = _weights(4, 64, 32, torch.float32)
+    tw, ids = _routing(8, 4, K_TOP, seed=6)
+    align = align_block_size(ids, 16, 4)
+    c = dict(SMALL, SORTED_H=True)
+    with pytest.raises(ValueError, match="rows"):
+        gemm2(torch.randn(ids.numel(), 32, device=DEV), w2, align, tw, config=c, h_sorted=True)
+    with pytest.raises(ValueError, match="16-bit"):
+        gemm2(torch.randn(align.max_padded, 32, device=DEV), w2, align, tw, config=dict(c, A_RESIDENT=2),
+              h_sorted=True)
+    assert gg.sorted_h(c) and not gg.sorted_h(dict(c, A_RESIDENT=2)) and not gg.sorted_h(SMALL)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("I_,n_tiles,tma,max_kc", [(48, 2, False, 256), (40, 3, False, 256), (48, 1, True, 256),
                                                    (40, 4, True, 256), (48, 2, True, 16), (40, 3, False, 16)])

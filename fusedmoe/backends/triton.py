@@ -349,7 +349,7 @@ class TritonExperts(Experts):
         else:
             c1, c2 = self.configs(M)
             key = (M, topk, align_bm(c1, c2), c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
-                   self.reduce_for(M, c2))                                            # all it depends on
+                   self.reduce_for(M, c2), self._sorted_h(c2))                        # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -374,6 +374,8 @@ class TritonExperts(Experts):
                 "ntpp": ((1,), torch.int32), "h": ((M * topk, c.intermediate_size), dt),
                 "out": ((M, c.hidden_size), dt)}
         g = self._h_epilogue(c1, c2)
+        if self._sorted_h(c2):   # h in sorted order: a row for every padded position
+            bufs["h"] = ((mp, c.intermediate_size), dt)
         if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
             bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
@@ -450,6 +452,12 @@ class TritonExperts(Experts):
         if not self.quantized:
             return a, None
         return quantize_activation(a, self.scheme, static_scale, pdl=pdl, zero=zero)
+
+    def _sorted_h(self, c2) -> bool:
+        """GEMM2 config SORTED_H (kernels/grouped_gemm.py ``sorted_h``) on a 16-bit scheme:
+        GEMM1 writes h at the sorted positions, GEMM2 reads it without a gather."""
+        from ..kernels.grouped_gemm import sorted_h
+        return self.quant_mode == "none" and sorted_h(c2)
 
     def _must_zero_h(self, expert_map) -> bool:
         # dropped slots' rows are never written; a dynamic per-tensor amax must not see garbage
@@ -583,6 +591,7 @@ class TritonExperts(Experts):
         act = dict(swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
                    zero=out if zero_g1 else None)
         a_group = None
+        srt = not g and self._sorted_h(c2)
         if g:   # h fp8 in 1 x g groups straight from GEMM1's epilogue
             h, h_scale = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
                                    config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl,
@@ -594,12 +603,13 @@ class TritonExperts(Experts):
                 c2 = dict(c2, RESCALE=c2.get("RESCALE", True))
         else:
             h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
-                          config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, **q)
+                          config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, out_sorted=srt, **q)
             h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
         return gemm2(h, w.w2, align, prep.topk_weights, out,
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                      config=c2, reduce=reduce, workspace=ws.get("y"),
-                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, out_zeroed=zero_early, **q)
+                     a_scale=h_scale, b_scale=w.w2_scale, pdl=pdl, a_group=a_group, out_zeroed=zero_early,
+                     h_sorted=srt, **q)
 
 
 def _check(config: MoEConfig, quant, platform):
@@ -623,7 +633,7 @@ def _extras(c: dict) -> str:
     tiles as one dot), ' persistentP[ flat]', ' rescale', ' half-tail' (a tile whose second half
     is padding at half height), ' A-resident xN' (GEMM2 keeping its rows of h over N column
     tiles), ' column-band-major' (its programs walking every m-block of a band of columns before
-    the next band)."""
+    the next band), ' sorted-h' (GEMM2 reading h in sorted order, written so by GEMM1)."""
     out = " tma" if c.get("USE_TMA") else ""
     if c.get("GU_ONE_DOT"):
         out += " one-dot"
@@ -637,6 +647,8 @@ def _extras(c: dict) -> str:
         out += " half-tail"
     if c.get("BAND_MAJOR"):
         out += " column-band-major"
+    if c.get("SORTED_H") and not c.get("A_RESIDENT"):
+        out += " sorted-h"
     return out
 
 

@@ -106,7 +106,7 @@ from .quantize import (_abs_bits, _bitwise_fp8, _q_arg, _quantize, _scale_from_a
                        gdc_wait)
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
-           "gemm2_workspace_spec", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
+           "gemm2_workspace_spec", "sorted_h", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
 
 # activation name -> constexpr id of the epilogue
 ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3,
@@ -222,7 +222,7 @@ def _tile_coords(tile, num_m, num_pid_n, GROUP_M: tl.constexpr, BAND_N: tl.const
 @triton.jit
 def _gemm_tile(
     pid_m, pid_n, pid_k, e,
-    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
+    a_ptr, b_ptr, b_desc, a_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
     N_OUT, K, num_pairs, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
@@ -237,6 +237,7 @@ def _gemm_tile(
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     PREFETCH_S: tl.constexpr, EPI_EARLY: tl.constexpr, ONE_DOT: tl.constexpr,
+    SORTED_A: tl.constexpr, SORTED_C: tl.constexpr, A_TMA: tl.constexpr,
 ):
     """One output tile: rows pid_m (of expert ``e``, >= 0), columns pid_n, K split pid_k.
 
@@ -249,8 +250,11 @@ def _gemm_tile(
     slots = tl.load(sorted_ids_ptr + offs_m)                                    # [BM]
     row_ok = slots < num_pairs
     # padding rows: MASK_A loads nothing for them, else they read A row 0 (valid memory);
-    # never stored
-    a_rows = tl.where(row_ok, slots // A_DIV, 0).to(tl.int64)                   # [BM]
+    # never stored. SORTED_A: A's rows are in sorted (padded) order, row = position
+    if SORTED_A:
+        a_rows = offs_m.to(tl.int64)                                            # [BM]
+    else:
+        a_rows = tl.where(row_ok, slots // A_DIV, 0).to(tl.int64)               # [BM]
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_bn = offs_n % N_OUT          # wrapped columns: B loads need no N mask, stores do
     offs_k = tl.arange(0, BLOCK_K)
@@ -331,8 +335,11 @@ def _gemm_tile(
     for it in range(0, num_k):
         k_at = k_lo + it * BLOCK_K
         k_ok = (k_at + offs_k) < K
-        # A: MASK_A masks the padding rows (zero-filled: no L2 traffic for them)
-        if EVEN_K and not MASK_A:
+        # A: MASK_A masks the padding rows (zero-filled: no L2 traffic for them); A_TMA: the
+        # sorted A's [BM, BK] box through a TMA descriptor (zero-filled past K)
+        if A_TMA == BLOCK_M:
+            a = a_desc.load([(pid_m * BLOCK_M).to(tl.int32), k_at])
+        elif EVEN_K and not MASK_A:
             a = tl.load(a_ptrs)
         elif EVEN_K:
             a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
@@ -468,8 +475,12 @@ def _gemm_tile(
         else:
             acc *= tl.load(topk_w_ptr + slots, mask=row_ok, other=0.0).to(tl.float32)[:, None]
 
-    c_mask = row_ok[:, None] & (offs_n < N_OUT)[None, :]
-    c_rows = (slots // C_DIV).to(tl.int64)
+    if SORTED_C:   # rows at their sorted positions, padding rows too (finite: the A rows read)
+        c_mask = (offs_n < N_OUT)[None, :]
+        c_rows = offs_m.to(tl.int64)
+    else:
+        c_mask = row_ok[:, None] & (offs_n < N_OUT)[None, :]
+        c_rows = (slots // C_DIV).to(tl.int64)
     c_ptrs = c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :] * stride_cn
     if Q_GROUP > 0:
         # the output quantized to fp8 in 1 x Q_GROUP groups (BLOCK_N holds whole groups):
@@ -504,7 +515,7 @@ def _gemm_tile(
 @triton.jit
 def _tile_or_half(
     pid_m, pid_n, pid_k, e,
-    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
+    a_ptr, b_ptr, b_desc, a_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr, c_scale_ptr,
     N_OUT, K, num_pairs, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
     stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
@@ -519,6 +530,7 @@ def _tile_or_half(
     Q_GROUP: tl.constexpr, Q_POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, MASK_A: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     PREFETCH_S: tl.constexpr, EPI_EARLY: tl.constexpr, ONE_DOT: tl.constexpr, HALF_TAIL: tl.constexpr,
+    SORTED_A: tl.constexpr, SORTED_C: tl.constexpr, A_TMA: tl.constexpr,
 ):
     """``_gemm_tile``, or with HALF_TAIL (config key) a tile whose second half of rows is all
     padding computed as a tile of BLOCK_M / 2 rows: the rows [pid_m BM, pid_m BM + BM / 2) are
@@ -533,7 +545,7 @@ def _tile_or_half(
     if HALF_TAIL and tl.load(sorted_ids_ptr + pid_m * BLOCK_M + BLOCK_M // 2) >= num_pairs:
         _gemm_tile(
             pid_m * 2, pid_n, pid_k, e,
-            a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+            a_ptr, b_ptr, b_desc, a_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
             c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
             stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
@@ -542,11 +554,11 @@ def _tile_or_half(
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
             Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M // 2, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S,
-            EPI_EARLY, ONE_DOT)
+            EPI_EARLY, ONE_DOT, SORTED_A, SORTED_C, A_TMA)
     else:
         _gemm_tile(
             pid_m, pid_n, pid_k, e,
-            a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+            a_ptr, b_ptr, b_desc, a_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
             c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
             stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
@@ -555,7 +567,7 @@ def _tile_or_half(
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
             Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S,
-            EPI_EARLY, ONE_DOT)
+            EPI_EARLY, ONE_DOT, SORTED_A, SORTED_C, A_TMA)
 
 
 @triton.jit
@@ -574,7 +586,7 @@ def _zero_share(z_ptr, z_numel, share, n_shares, ZB: tl.constexpr):
 
 @triton.jit(do_not_specialize=["num_pairs", "num_m_blocks", "k_tiles"])
 def _moe_gemm_kernel(
-    a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
+    a_ptr, b_ptr, b_desc, a_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr,
     sorted_ids_ptr, expert_ids_ptr, ntpp_ptr, c_scale_ptr,
     N_OUT, K, num_pairs, num_m_blocks, k_tiles,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk,
@@ -593,6 +605,7 @@ def _moe_gemm_kernel(
     BAND_N: tl.constexpr = 0, MASK_A: tl.constexpr = False, PREFETCH_S: tl.constexpr = False,
     EPI_EARLY: tl.constexpr = False, ZERO: tl.constexpr = False, ZB: tl.constexpr = 2048,
     ONE_DOT: tl.constexpr = False, HALF_TAIL: tl.constexpr = False,
+    SORTED_A: tl.constexpr = False, SORTED_C: tl.constexpr = False, A_TMA: tl.constexpr = 0,
 ):
     # ZERO: z [z_numel] (GEMM2's atomic k-sum output) is zeroed by this launch, a share stored
     # at the start of each tile (stores need no wait, so they drain under the K loop; after the
@@ -624,7 +637,7 @@ def _moe_gemm_kernel(
             e = tl.load(expert_ids_ptr + pid_m * BLOCK_M // ALIGN_BM).to(tl.int64)
             _tile_or_half(
                 pid_m, pid_n, pid_k, e,
-                a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+                a_ptr, b_ptr, b_desc, a_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
                 c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
                 stride_am, stride_ak, stride_be, stride_bn, stride_bk,
                 stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
@@ -633,7 +646,7 @@ def _moe_gemm_kernel(
                 A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
                 A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
                 Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY,
-                ONE_DOT, HALF_TAIL)
+                ONE_DOT, HALF_TAIL, SORTED_A, SORTED_C, A_TMA)
     else:
         if ZERO:   # before any early return: every program of the grid shares z
             _zero_share(z_ptr, z_numel, pid, tl.num_programs(0), ZB)
@@ -651,7 +664,7 @@ def _moe_gemm_kernel(
                 return
         _tile_or_half(
             pid_m, pid_n, pid_k, e,
-            a_ptr, b_ptr, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
+            a_ptr, b_ptr, b_desc, a_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, sorted_ids_ptr,
             c_scale_ptr, N_OUT, K, num_pairs, k_tiles,
             stride_am, stride_ak, stride_be, stride_bn, stride_bk,
             stride_cs, stride_cm, stride_cn, stride_bias_e, stride_bias_n,
@@ -660,7 +673,7 @@ def _moe_gemm_kernel(
             A_DIV, C_DIV, GATED, ACT, HAS_LIMIT, HAS_BIAS, MUL_W, ATOMIC,
             A_SCALE, B_SCALE, GROUP_N, GROUP_K, EVEN_K, FP32_IEEE, INT_ACC, CAST_B, USE_TMA, RESCALE, SB_SCALAR,
             Q_GROUP, Q_POW2, BITWISE_FP8, MASK_A, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, PREFETCH_S, EPI_EARLY,
-            ONE_DOT, HALF_TAIL)
+            ONE_DOT, HALF_TAIL, SORTED_A, SORTED_C, A_TMA)
 
 
 @triton.jit
@@ -912,9 +925,18 @@ def _num_sms(device: torch.device) -> int:
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
             topk_weights=None, atomic=False, stride_cs=0, swiglu_limit=None, alpha=1.702, limit=7.0,
             quant="none", a_scale=None, b_scale=None, block_shape=None, pdl=False,
-            a_group=None, out_scale=None, out_group=0, out_pow2=False, zero=None):
+            a_group=None, out_scale=None, out_group=0, out_pow2=False, zero=None, a_sorted=False,
+            c_sorted=False):
     BM, BN, BK, GM, warps, stages, split = _cfg(config)
     K = a.shape[1]
+    if a_sorted or c_sorted:   # (see gemm1_act's out_sorted, gemm2's h_sorted)
+        rows = align.max_padded
+        if config.get("A_RESIDENT", 0) or quant != "none" or out_group or a_group:
+            raise ValueError("sorted h (GEMM2 config SORTED_H) is for 16-bit h without scales and the tiled "
+                             "kernel (not A_RESIDENT)")
+        if (a_sorted and a.shape[0] < rows) or (c_sorted and c.shape[0] < rows):
+            raise ValueError(f"a sorted h needs {rows} rows (the alignment's padded bound), "
+                             f"got {(a if a_sorted else c).shape[0]}")
     if config.get("A_RESIDENT", 0):
         return _launch_resident(a, b, c, align, n_out=n_out, config=config, bias=bias, topk_weights=topk_weights,
                                 quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
@@ -957,6 +979,11 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         else:
             b_desc = TensorDescriptor.from_tensor(b.view(-1, b.shape[2]), [BN, BK])  # [E*N, K]
     one_dot = one_dot and b_desc is not None
+    # A in sorted order (GEMM2's h with SORTED_H): its [BM, BK] boxes through a TMA descriptor
+    # too when the weights go through one; the half tiles of HALF_TAIL load it by pointer
+    a_desc = None
+    if a_sorted and b_desc is not None and _tma_ok(a.unsqueeze(0)):
+        a_desc = TensorDescriptor.from_tensor(a, [BM, BK])
     # HALF_TAIL: a tile whose second half is padding runs at half height (_tile_or_half); a
     # half of at least 16 rows (the smallest MMA tile), one tile a program or persistent
     # without FLATTEN (the tile loop's body must be the K loop itself to be flattened)
@@ -969,7 +996,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     s_bias_e, s_bias_n = bias.stride()[:2] if bias is not None else (0, 0)
     # positional: every non-constexpr parameter of _moe_gemm_kernel, in signature order
     launch(_moe_gemm_kernel, grid, (
-        a, b, b_desc, _q_arg(c) if out_group else c, bias if bias is not None else a, sa, sb,
+        a, b, b_desc, a_desc, _q_arg(c) if out_group else c, bias if bias is not None else a, sa, sb,
         topk_weights if topk_weights is not None else a, align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
         out_scale if out_group else a,
         n_out, K, align.num_pairs, num_m_blocks, k_tiles,
@@ -994,6 +1021,7 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         PREFETCH_S=rescale and SCALE_PREFETCH,
         EPI_EARLY=epilogue_loads_early(a_dt),
         ZERO=zero is not None, ONE_DOT=one_dot, HALF_TAIL=half_tail,
+        SORTED_A=bool(a_sorted), SORTED_C=bool(c_sorted), A_TMA=BM if a_desc is not None else 0,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
@@ -1100,7 +1128,7 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
               b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
               pdl: bool = False, out_group: int = 0, out_scale: Optional[torch.Tensor] = None,
-              out_pow2: bool = False, zero: Optional[torch.Tensor] = None):
+              out_pow2: bool = False, zero: Optional[torch.Tensor] = None, out_sorted: bool = False):
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -1120,13 +1148,17 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     ``zero``: a contiguous tensor (GEMM2's atomic k-sum output) this launch also fills with
     zeros, a share a tile, so that no launch of its own has to (the stores drain under the K
     loops of a GEMM that is compute or L2 bound). It must not overlap x, w13 or h.
+    ``out_sorted``: h [align.max_padded, I] in sorted order instead, row p = sorted position p
+    (the slot ``align.sorted_ids[p]``; padding rows hold finite values of no meaning, rows
+    past the padded total are not written), for ``gemm2(h_sorted=True)``. 16-bit only.
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
     n_out = w13.shape[1] // 2 if gated else w13.shape[1]
     if out is None:
         dt = torch.float8_e4m3fn if out_group else _compute_dtype(x)
-        out = torch.empty(x.shape[0] * top_k, n_out, dtype=dt, device=x.device)  # [n, I]
+        rows = align.max_padded if out_sorted else x.shape[0] * top_k
+        out = torch.empty(rows, n_out, dtype=dt, device=x.device)                 # [n, I]
     if out_group and out_scale is None:
         out_scale = torch.empty(out.shape[0], cdiv(n_out, out_group), dtype=torch.float32, device=x.device)
     if config.get("SPLIT_K", 1) != 1:
@@ -1134,8 +1166,16 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
             quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
-            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2, zero=zero)
+            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2, zero=zero, c_sorted=out_sorted)
     return (out, out_scale) if out_group else out
+
+
+def sorted_h(config2: dict) -> bool:
+    """Whether GEMM2's config asks for h in sorted order (config key SORTED_H: GEMM1 writes h
+    [max_padded, I] at the sorted positions, GEMM2 reads its rows where they lie, by TMA with
+    USE_TMA, instead of gathering them by slot). 16-bit h only (the caller's part); not with
+    A_RESIDENT, whose kernel gathers its rows."""
+    return bool(config2.get("SORTED_H", False)) and not config2.get("A_RESIDENT", 0)
 
 
 def gemm2_workspace_spec(num_tokens: int, top_k: int, hidden: int, config: dict, reduce: str,
@@ -1159,7 +1199,7 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
           workspace: Optional[torch.Tensor] = None, quant: str = "none",
           a_scale: Optional[torch.Tensor] = None, b_scale: Optional[torch.Tensor] = None,
           block_shape: Optional[tuple] = None, pdl: bool = False, a_group: Optional[int] = None,
-          out_zeroed: bool = False) -> torch.Tensor:
+          out_zeroed: bool = False, h_sorted: bool = False) -> torch.Tensor:
     """out [T, H] = sum_j topk_weights[t, j] * (h[s] @ w2[e]^T + bias[e]) over kept slots.
 
     h [n, I]; w2 [E, H, I]; topk_weights fp32 [T, k]; bias [E, H] or None. ``reduce``:
@@ -1174,6 +1214,9 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
     quantization of x, ``quant_fp8_token(zero=out)``): an atomic sum straight into ``out``
     then skips its own zeroing and keeps ``pdl`` (the zeroing was ordered before the kernel
     GEMM2 depends on). Ignored by the other reduce modes.
+    ``h_sorted``: h is ``gemm1_act(out_sorted=True)``'s [align.max_padded, I] in sorted order:
+    its rows are read where they lie (no gather), through a TMA descriptor when the config's
+    USE_TMA gives the weights one. 16-bit h without scales, the tiled kernel.
     """
     T, k = topk_weights.shape
     H = w2.shape[1]
@@ -1197,7 +1240,8 @@ def gemm2(h: torch.Tensor, w2: torch.Tensor, align: AlignResult, topk_weights: t
         c, c_div, stride_cs = workspace[0], 1, workspace.stride(0)               # y [S, n, H]
     _launch(h, w2, c, align, n_out=H, a_div=1, c_div=c_div, act=_NO_ACT, config=config, bias=bias,
             topk_weights=topk_weights if mul_routed_weight else None, atomic=atomic, stride_cs=stride_cs,
-            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl, a_group=a_group)
+            quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl, a_group=a_group,
+            a_sorted=h_sorted)
     if not atomic:
         moe_reduce(workspace, out, align, pdl=pdl)
     elif c is not out:
@@ -1320,6 +1364,7 @@ def moe_forward_triton(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
         config2 = dict(config2, BLOCK_SIZE_M=b1)
     # aligned to the larger BM: the other GEMM runs sub-blocks (backends/triton.py align_bm)
     align = align_block_size(topk_ids, max(b1, config2["BLOCK_SIZE_M"]), E, expert_map)
+    srt = sorted_h(config2)
     h = gemm1_act(x, w13, align, k, activation, bias=w13_bias, swiglu_limit=swiglu_limit,
-                  alpha=alpha, limit=limit, config=config1)                    # [n, I]
-    return gemm2(h, w2, align, topk_weights, out, bias=w2_bias, config=config2, reduce=reduce)
+                  alpha=alpha, limit=limit, config=config1, out_sorted=srt)    # [n, I]
+    return gemm2(h, w2, align, topk_weights, out, bias=w2_bias, config=config2, reduce=reduce, h_sorted=srt)
