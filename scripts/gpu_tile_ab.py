@@ -792,6 +792,19 @@ ROUNDS["s26sorted2"] = [   # session 26 (H100): s26sorted's other points
     ("deepseek-v3", 8, 1024, "E=256,N=256,", [("g2 sorted tma", "gemm2", dict(_SH, USE_TMA=True))]),
     ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g2 sorted", "gemm2", _SH)]),
 ]
+_SX = dict(SORTED_X=True)
+ROUNDS["s26sortx"] = [   # session 26 (H100): GEMM1 reading x copied to sorted order (SORTED_X: one gather launch,
+    # then GEMM1's A boxes by TMA instead of rows gathered by token with cp.async); Mixtral with SORTED_H shipped
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 sorted x", "gemm1", _SX)]),
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 sorted x", "gemm1", _SX)]),
+    ("qwen3-30b-a3b", 1, 4096, "E=128,N=768,", [("g1 sorted x", "gemm1", _SX)]),
+    ("qwen3-30b-a3b", 1, 16384, "E=128,N=768,", [("g1 sorted x", "gemm1", _SX),
+                                                ("g1 sorted x + g2 sorted h", [("gemm1", _SX), ("gemm2", _SH)])]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g1 sorted x", "gemm1", _SX)]),
+]
+ROUNDS["s26sortx2"] = [   # session 26 (H100): s26sortx's largest point
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g1 sorted x", "gemm1", _SX)]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]

@@ -457,9 +457,10 @@ def test_triton_gemm2_block_m_above_gemm1s(mk, scheme):
 @pytest.mark.parametrize("scheme", ["none", "fp8_channel"])
 @pytest.mark.parametrize("tma", [False, True])
 def test_triton_sorted_h(mk, scheme, tma):
-    # GEMM2 config SORTED_H: on a 16-bit scheme the workspace's h has a row per padded position
-    # and GEMM1 / GEMM2 write / read it in sorted order; a W8A8 scheme ignores the key (its h is
-    # quantized per slot). Both match the reference; the report names it
+    # GEMM2 config SORTED_H and GEMM1 config SORTED_X: on a 16-bit scheme the workspace's h has a
+    # row per padded position and GEMM1 / GEMM2 write / read it in sorted order, and x is copied
+    # to the sorted positions (workspace xs) for GEMM1; a W8A8 scheme ignores both keys (its x
+    # and h are quantized per token / slot). Both match the reference; the report names them
     from fusedmoe.backends.triton import _extras
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
@@ -469,11 +470,16 @@ def test_triton_sorted_h(mk, scheme, tma):
     ex = pe.kernel.experts
     tiles = dict(BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=2,
                  SPLIT_K=1, USE_TMA=tma)
-    ex.lc.get = lambda T: (dict(tiles), dict(tiles, SORTED_H=True))
+    ex.lc.get = lambda T: (dict(tiles, SORTED_X=True), dict(tiles, SORTED_H=True))
     ws = pe.kernel.workspace_for(64, cfg.top_k, dev)
     rows = ws["sorted_ids"].numel() if scheme == "none" else 64 * cfg.top_k
     assert tuple(ws["h"].shape) == (rows, cfg.intermediate_size)
+    if scheme == "none":
+        assert tuple(ws["xs"].shape) == (rows, cfg.hidden_size)
+    else:
+        assert "xs" not in ws
     assert _extras(dict(tiles, SORTED_H=True)).endswith(" sorted-h")
+    assert _extras(dict(tiles, SORTED_X=True)).endswith(" sorted-x")
     check(pe, cfg, w, mk.x(cfg, 64, seed=96).to(dev), mk.logits(cfg, 64, seed=97).to(dev))
 
 

@@ -441,6 +441,49 @@ def test_sorted_h(counts, mode, dtype):
     assert _rel(outs[1], ref) < TOL[dtype]
 
 
+_SORTED_X_MODES = {   # GEMM1 config over BM 32 (TMA: x by descriptor)
+    "one_dot persistent tma": dict(USE_TMA=True, GU_ONE_DOT=True, PERSISTENT=1),
+    "two dots pointer": {},
+    "tma half_tail": dict(USE_TMA=True, HALF_TAIL=True),
+    "tma bm16 under 32": dict(USE_TMA=True, BLOCK_SIZE_M=16),
+}
+
+
+@pytest.mark.parametrize("counts", [(40, 10, 9, 50, 0, 27), (1, 0, 0, 1, 0, 0)])
+@pytest.mark.parametrize("mode", list(_SORTED_X_MODES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_sorted_x(counts, mode, dtype):
+    # GEMM1 config SORTED_X: gather_sorted copies x's rows to the sorted positions (zeros for
+    # padding, nothing past the padded total), GEMM1 reads them where they lie instead of
+    # gathering them by token. Experts as in test_sorted_h; H = 72 (a K tail under BK 32);
+    # the copy checked row by row, h against the gathering GEMM1, the layer (with SORTED_H)
+    # against the reference
+    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(5, 72, 40, dtype, bias=True)
+    tw, ids = _routing_counts(counts, seed=7)
+    x = _x(ids.shape[0], 72, dtype)
+    c1 = {**SMALL, "BLOCK_SIZE_M": 32, **_SORTED_X_MODES[mode]}
+    align = align_block_size(ids, 32, 5, emap)
+    xs = torch.full((align.max_padded, 72), float("nan"), dtype=dtype, device=DEV)
+    assert gg.gather_sorted(x, align, 2, xs) is xs
+    total = int(align.num_tokens_post_padded.item())
+    slots = align.sorted_ids[:total].long()
+    real = slots < ids.numel()
+    assert torch.equal(xs[:total][real], x[slots[real] // 2])
+    assert (xs[:total][~real] == 0).all() and xs[total:].isnan().all()
+    kw = dict(bias=b13, swiglu_limit=0.5, config=c1)
+    h = gemm1_act(x, w13, align, 2, "silu", **kw)
+    hx = gemm1_act(xs, w13, align, 2, "silu", x_sorted=True, **kw)
+    assert hx.shape == h.shape
+    assert _rel(hx[slots[real]], h[slots[real]]) < 1e-6         # the same rows' sums
+    fwd = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=dict(c1, SORTED_X=True),
+                             config2=dict(SMALL, BLOCK_SIZE_M=32, USE_TMA=True, SORTED_H=True),
+                             expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
+    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
+    assert ref.abs().max() > 0
+    assert _rel(fwd, ref) < TOL[dtype]
+
+
 def test_sorted_h_errors():
     # a sorted h needs the alignment's padded bound of rows, 16-bit without scales, the tiled kernel
     w13, w2, _, _ = _weights(4, 64, 32, torch.float32)

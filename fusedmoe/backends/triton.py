@@ -349,7 +349,7 @@ class TritonExperts(Experts):
         else:
             c1, c2 = self.configs(M)
             key = (M, topk, align_bm(c1, c2), c2.get("SPLIT_K", 1), self._h_epilogue(c1, c2),
-                   self.reduce_for(M, c2), self._sorted_h(c2))                        # all it depends on
+                   self.reduce_for(M, c2), self._sorted_h(c2), self._sorted_x(c1))    # all it depends on
         spec = self._specs.get(key)
         if spec is None:
             if len(self._specs) > 64:
@@ -376,6 +376,8 @@ class TritonExperts(Experts):
         g = self._h_epilogue(c1, c2)
         if self._sorted_h(c2):   # h in sorted order: a row for every padded position
             bufs["h"] = ((mp, c.intermediate_size), dt)
+        if self._sorted_x(c1):   # x copied to the sorted positions for GEMM1
+            bufs["xs"] = ((mp, c.hidden_size), dt)
         if g:   # h fp8 with its group scales, written by GEMM1
             bufs["h"] = ((M * topk, c.intermediate_size), torch.float8_e4m3fn)
             bufs["h_scale"] = ((M * topk, -(-c.intermediate_size // g)), torch.float32)
@@ -458,6 +460,12 @@ class TritonExperts(Experts):
         GEMM1 writes h at the sorted positions, GEMM2 reads it without a gather."""
         from ..kernels.grouped_gemm import sorted_h
         return self.quant_mode == "none" and sorted_h(c2)
+
+    def _sorted_x(self, c1) -> bool:
+        """GEMM1 config SORTED_X (kernels/grouped_gemm.py ``sorted_x``) on a 16-bit scheme: x
+        copied to the sorted positions (one launch), GEMM1 reads it without a gather."""
+        from ..kernels.grouped_gemm import sorted_x
+        return self.quant_mode == "none" and sorted_x(c1)
 
     def _must_zero_h(self, expert_map) -> bool:
         # dropped slots' rows are never written; a dynamic per-tensor amax must not see garbage
@@ -565,7 +573,7 @@ class TritonExperts(Experts):
 
     def _apply_grouped(self, prep, ws, expert_map):
         from ..kernels.align import AlignResult, align_block_size
-        from ..kernels.grouped_gemm import gemm1_act, gemm2
+        from ..kernels.grouped_gemm import gather_sorted, gemm1_act, gemm2
         c, w = self.config, self.weights
         ids = prep.topk_ids
         T, k = ids.shape
@@ -602,8 +610,12 @@ class TritonExperts(Experts):
                 a_group = g
                 c2 = dict(c2, RESCALE=c2.get("RESCALE", True))
         else:
+            sx = self._sorted_x(c1)
+            if sx:
+                x = gather_sorted(x, align, k, ws["xs"], pdl=pdl)
             h = gemm1_act(x, w.w13, align, k, c.activation.value, ws["h"], bias=w.w13_bias, **act,
-                          config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, out_sorted=srt, **q)
+                          config=c1, a_scale=x_scale, b_scale=w.w13_scale, pdl=pdl, out_sorted=srt, x_sorted=sx,
+                          **q)
             h, h_scale = self._quant(h, w.a2_scale, pdl=pdl)
         return gemm2(h, w.w2, align, prep.topk_weights, out,
                      mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
@@ -633,7 +645,8 @@ def _extras(c: dict) -> str:
     tiles as one dot), ' persistentP[ flat]', ' rescale', ' half-tail' (a tile whose second half
     is padding at half height), ' A-resident xN' (GEMM2 keeping its rows of h over N column
     tiles), ' column-band-major' (its programs walking every m-block of a band of columns before
-    the next band), ' sorted-h' (GEMM2 reading h in sorted order, written so by GEMM1)."""
+    the next band), ' sorted-x' (GEMM1 reading x copied to sorted order), ' sorted-h' (GEMM2
+    reading h in sorted order, written so by GEMM1)."""
     out = " tma" if c.get("USE_TMA") else ""
     if c.get("GU_ONE_DOT"):
         out += " one-dot"
@@ -647,6 +660,8 @@ def _extras(c: dict) -> str:
         out += " half-tail"
     if c.get("BAND_MAJOR"):
         out += " column-band-major"
+    if c.get("SORTED_X"):
+        out += " sorted-x"
     if c.get("SORTED_H") and not c.get("A_RESIDENT"):
         out += " sorted-h"
     return out

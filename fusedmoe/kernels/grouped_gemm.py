@@ -106,7 +106,7 @@ from .quantize import (_abs_bits, _bitwise_fp8, _q_arg, _quantize, _scale_from_a
                        gdc_wait)
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
-           "gemm2_workspace_spec", "sorted_h", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
+           "gemm2_workspace_spec", "sorted_h", "sorted_x", "gather_sorted", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
 
 # activation name -> constexpr id of the epilogue
 ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3,
@@ -868,6 +868,50 @@ def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, H, num_global, E,
     tl.store(out_ptr + t * stride_om + offs, acc.to(out_ptr.dtype.element_ty), mask=offs < H)
 
 
+@triton.jit(do_not_specialize=["num_pairs"])
+def _gather_rows_kernel(x_ptr, out_ptr, sorted_ids_ptr, ntpp_ptr, num_pairs, H, stride_xm, stride_om,
+                        A_DIV: tl.constexpr, ROWS: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False):
+    """out[p] = x[sorted_ids[p] // A_DIV] for the ROWS positions p of this program below the
+    padded total; zeros for padding positions; nothing past the total."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    p0 = tl.program_id(0) * ROWS
+    ntpp = tl.load(ntpp_ptr)
+    if p0 >= ntpp:
+        return
+    offs_r = p0 + tl.arange(0, ROWS)
+    live = offs_r < ntpp
+    slots = tl.load(sorted_ids_ptr + offs_r, mask=live, other=num_pairs)
+    ok = slots < num_pairs
+    src = tl.where(ok, slots // A_DIV, 0).to(tl.int64)
+    dst = offs_r.to(tl.int64)
+    for h0 in range(0, H, BLOCK_H):
+        offs_h = h0 + tl.arange(0, BLOCK_H)
+        h_ok = offs_h < H
+        v = tl.load(x_ptr + src[:, None] * stride_xm + offs_h[None, :], mask=ok[:, None] & h_ok[None, :], other=0.0)
+        tl.store(out_ptr + dst[:, None] * stride_om + offs_h[None, :], v, mask=live[:, None] & h_ok[None, :])
+
+
+def gather_sorted(x: torch.Tensor, align: AlignResult, top_k: int, out: Optional[torch.Tensor] = None,
+                  pdl: bool = False) -> torch.Tensor:
+    """x in sorted order for ``gemm1_act(x_sorted=True)``: out [align.max_padded, H], row p =
+    x[sorted_ids[p] // top_k] for every position below the padded total, zeros for padding
+    positions (rows past the total are not written). One launch, no host sync."""
+    T, H = x.shape
+    if out is None:
+        out = torch.empty(align.max_padded, H, dtype=x.dtype, device=x.device)
+    assert out.shape[0] >= align.max_padded and out.shape[1] == H and x.stride(1) == 1 and out.stride(1) == 1
+    rows = 4
+    if T == 0 or align.max_padded == 0:
+        return out
+    block_h = min(next_power_of_2(H), 4096 // x.element_size())
+    launch(_gather_rows_kernel, (cdiv(align.max_padded, rows),), (
+        x, out, align.sorted_ids, align.num_tokens_post_padded, align.num_pairs, H, x.stride(0), out.stride(0),
+    ), dict(A_DIV=top_k, ROWS=rows, BLOCK_H=block_h, PDL=pdl), num_warps=4, launch_pdl=pdl)
+    return out
+
+
 # ----------------------------------------------------------------------------------------
 def _cfg(config: dict):
     return (config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"],
@@ -1128,7 +1172,8 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
               config: dict, quant: str = "none", a_scale: Optional[torch.Tensor] = None,
               b_scale: Optional[torch.Tensor] = None, block_shape: Optional[tuple] = None,
               pdl: bool = False, out_group: int = 0, out_scale: Optional[torch.Tensor] = None,
-              out_pow2: bool = False, zero: Optional[torch.Tensor] = None, out_sorted: bool = False):
+              out_pow2: bool = False, zero: Optional[torch.Tensor] = None, out_sorted: bool = False,
+              x_sorted: bool = False):
     """h [n, I] = act(x[s // k] @ w13[e]^T + bias[e]) for every aligned slot s (halves layout).
 
     x [T, H]; w13 [E, 2I, H] (gated) or [E, I, H] (*_no_mul); bias [E, N] or None.
@@ -1151,13 +1196,15 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     ``out_sorted``: h [align.max_padded, I] in sorted order instead, row p = sorted position p
     (the slot ``align.sorted_ids[p]``; padding rows hold finite values of no meaning, rows
     past the padded total are not written), for ``gemm2(h_sorted=True)``. 16-bit only.
+    ``x_sorted``: x is ``gather_sorted``'s [align.max_padded, H] in sorted order: its rows are
+    read where they lie (by TMA with USE_TMA) instead of gathered by token. 16-bit only.
     """
     act = ACTIVATIONS[activation]
     gated = act <= 3
     n_out = w13.shape[1] // 2 if gated else w13.shape[1]
     if out is None:
         dt = torch.float8_e4m3fn if out_group else _compute_dtype(x)
-        rows = align.max_padded if out_sorted else x.shape[0] * top_k
+        rows = align.max_padded if out_sorted else align.num_pairs if x_sorted else x.shape[0] * top_k
         out = torch.empty(rows, n_out, dtype=dt, device=x.device)                 # [n, I]
     if out_group and out_scale is None:
         out_scale = torch.empty(out.shape[0], cdiv(n_out, out_group), dtype=torch.float32, device=x.device)
@@ -1166,8 +1213,17 @@ def gemm1_act(x: torch.Tensor, w13: torch.Tensor, align: AlignResult, top_k: int
     _launch(x, w13, out, align, n_out=n_out, a_div=top_k, c_div=1, act=act, config=config, bias=bias,
             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
             quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
-            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2, zero=zero, c_sorted=out_sorted)
+            out_scale=out_scale, out_group=out_group, out_pow2=out_pow2, zero=zero, c_sorted=out_sorted,
+            a_sorted=x_sorted)
     return (out, out_scale) if out_group else out
+
+
+def sorted_x(config1: dict) -> bool:
+    """Whether GEMM1's config asks for x in sorted order (config key SORTED_X: ``gather_sorted``
+    copies x's rows to the sorted positions, one launch, and GEMM1 reads them where they lie,
+    by TMA with USE_TMA, instead of gathering them by token in its K loop). 16-bit x only
+    (the caller's part)."""
+    return bool(config1.get("SORTED_X", False))
 
 
 def sorted_h(config2: dict) -> bool:
@@ -1364,7 +1420,8 @@ def moe_forward_triton(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
         config2 = dict(config2, BLOCK_SIZE_M=b1)
     # aligned to the larger BM: the other GEMM runs sub-blocks (backends/triton.py align_bm)
     align = align_block_size(topk_ids, max(b1, config2["BLOCK_SIZE_M"]), E, expert_map)
-    srt = sorted_h(config2)
-    h = gemm1_act(x, w13, align, k, activation, bias=w13_bias, swiglu_limit=swiglu_limit,
-                  alpha=alpha, limit=limit, config=config1, out_sorted=srt)    # [n, I]
+    srt, sx = sorted_h(config2), sorted_x(config1)
+    h = gemm1_act(gather_sorted(x, align, k) if sx else x, w13, align, k, activation, bias=w13_bias,
+                  swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, config=config1, out_sorted=srt,
+                  x_sorted=sx)                                                    # [n, I]
     return gemm2(h, w2, align, topk_weights, out, bias=w2_bias, config=config2, reduce=reduce, h_sorted=srt)
