@@ -805,6 +805,14 @@ ROUNDS["s26sortx"] = [   # session 26 (H100): GEMM1 reading x copied to sorted o
 ROUNDS["s26sortx2"] = [   # session 26 (H100): s26sortx's largest point
     ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g1 sorted x", "gemm1", _SX)]),
 ]
+ROUNDS["s26sortx3"] = [   # session 26 (H100): SORTED_X's one gain (Mixtral T=4096, -5.5 / -7.6%) again, with a
+    # persistent GEMM1; T=1024 (persistent GEMM1: +2% with it) with GEMM1 one tile a program; T=256
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g1 sorted x", "gemm1", _SX),
+                                              ("g1 sorted x persistent", "gemm1", dict(_SX, PERSISTENT=1))]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g1 sorted x one tile", "gemm1", dict(_SX, PERSISTENT=0))]),
+    ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [("g2 sorted h", "gemm2", _SH), ("g1 sorted x", "gemm1", _SX),
+                                             ("both", [("gemm1", _SX), ("gemm2", _SH)])]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
