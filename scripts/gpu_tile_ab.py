@@ -813,6 +813,13 @@ ROUNDS["s26sortx3"] = [   # session 26 (H100): SORTED_X's one gain (Mixtral T=40
     ("mixtral-8x7b", 1, 256, "E=8,N=14336,", [("g2 sorted h", "gemm2", _SH), ("g1 sorted x", "gemm1", _SX),
                                              ("both", [("gemm1", _SX), ("gemm2", _SH)])]),
 ]
+ROUNDS["s26h200"] = [   # session 26 (H200, its own files): what won on the H100's Mixtral (GEMM2 SORTED_H at
+    # T=1024 / 4096 / 16384, GEMM1 SORTED_X with it at T=4096)
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("g2 sorted h", "gemm2", _SH),
+                                              ("both", [("gemm1", _SX), ("gemm2", _SH)])]),
+    ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g2 sorted h", "gemm2", _SH)]),
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g2 sorted h", "gemm2", _SH)]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]

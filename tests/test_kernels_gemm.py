@@ -436,7 +436,9 @@ def test_sorted_h(counts, mode, dtype):
                              expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5, reduce=reduce)
     ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
     assert ref.abs().max() > 0
-    assert _rel(outs[1], outs[0]) < 1e-6                         # the same sums of the same rows
+    # the same sums of the same rows (atomic adds in another order may round an fp16 output
+    # the other way: a few ulps)
+    assert _rel(outs[1], outs[0]) < (1e-6 if reduce == "deterministic" or dtype == torch.float32 else 1e-3)
     assert _rel(fwd, ref) < TOL[dtype]
     assert _rel(outs[1], ref) < TOL[dtype]
 
