@@ -530,6 +530,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     persistents = space.get("PERSISTENT") or [1, 2]
     flattens = space.get("FLATTEN") or [False, True]
     half_tails = space.get("HALF_TAIL") or [False, True]
+    sorted_key = "SORTED_X" if gemm == "gemm1" else "SORTED_H"
+    sorteds = space.get(sorted_key) or [False, True]
 
     def make(bm, bn, bk, w, st, g=1, sk=1):
         return {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g,
@@ -585,13 +587,20 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
         # the descriptor; not with block scales): H100 Mixtral T=16384 18.3 -> 17.6 ms, T=1024 1552
         # -> 1449 us, deepseek-v3 tp8 T=16384 3685 -> 3489; qwen3 fp8_channel T=4096 (64 x 256)
         # 527 -> 543 (docs/BENCHMARKS.md, twenty-fourth section)
+        # A 16-bit layer also tries its A operand in sorted order, read by TMA: GEMM1's x copied
+        # there first (SORTED_X, on the one-dot tile), GEMM2's h written there by GEMM1 (SORTED_H):
+        # H100 Mixtral T=4096 4.9 -> 4.6 ms (both), T=1024 GEMM2 -5%; slower at qwen3 / deepseek
+        # (k = 8: the copy of x is 8 times x) (docs/BENCHMARKS.md, twenty-sixth section)
         one_dot_ok = gemm == "gemm1" and gated and s.method != QuantMethod.FP8_BLOCK
+        sorted_ok = s.method == QuantMethod.NONE and True in sorteds
         if _tma_available():
             for t in tiles:
                 if t["BLOCK_SIZE_M"] >= 64 and not t.get("USE_TMA"):
                     out.append({**t, "USE_TMA": True})
                 if t["BLOCK_SIZE_M"] >= 64 and one_dot_ok and not t.get("GU_ONE_DOT"):
                     out.append({**t, "USE_TMA": True, "GU_ONE_DOT": True})
+                if t["BLOCK_SIZE_M"] >= 64 and sorted_ok and not t.get(sorted_key) and not t.get("A_RESIDENT"):
+                    out.append({**t, "USE_TMA": True, **({"GU_ONE_DOT": True} if one_dot_ok else {}), sorted_key: True})
     elif stage == "persistent":
         # a few programs per SM looping over the tiles (grouped_gemm's PERSISTENT; FLATTEN fuses
         # the tile and K loops into one pipeline): prefill tiles with a short K loop leave the

@@ -289,14 +289,25 @@ def test_candidates_tma_stage(monkeypatch):
     t64, t16 = full(64), full(16)
     monkeypatch.setattr(tuning, "_tma_available", lambda: True)
     got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64, t16])
-    # decode tiles (BM 16) are not tried; a gated GEMM1 also tries gate and up as one dot
-    assert got == [{**t64, "USE_TMA": True}, {**t64, "USE_TMA": True, "GU_ONE_DOT": True}]
-    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[1:]) == []
+    # decode tiles (BM 16) are not tried; a gated GEMM1 also tries gate and up as one dot, and
+    # that with x in sorted order (a 16-bit scheme)
+    one = {**t64, "USE_TMA": True, "GU_ONE_DOT": True}
+    assert got == [{**t64, "USE_TMA": True}, one, {**one, "SORTED_X": True}]
+    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[2:]) == []
+    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[1:2]) == got[2:]
     assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[:1]) == got[1:]
-    # not GEMM2, not an ungated GEMM1, not under block scales (their per-group dots stay apart)
-    for kw in (dict(gemm="gemm2"), dict(gated=False), dict(scheme="fp8_block")):
+    # no one dot for GEMM2, an ungated GEMM1 or block scales (their per-group dots stay apart);
+    # the sorted A (GEMM2: h) for 16-bit schemes only, not an A-resident GEMM2, not when the
+    # search space says no
+    tma = {**t64, "USE_TMA": True}
+    for kw, want in ((dict(gemm="gemm2"), [tma, {**tma, "SORTED_H": True}]),
+                     (dict(gated=False), [tma, {**tma, "SORTED_X": True}]),
+                     (dict(scheme="fp8_block"), [tma]), (dict(scheme="fp8_channel", gemm="gemm2"), [tma]),
+                     (dict(gemm="gemm2", space={"SORTED_H": [False]}), [tma])):
         got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64], **kw)
-        assert got == [{**t64, "USE_TMA": True}], kw
+        assert got == want, kw
+    got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", stage="tma", tiles=[{**t64, "A_RESIDENT": 4}])
+    assert got == [{**t64, "A_RESIDENT": 4, "USE_TMA": True}]
     monkeypatch.setattr(tuning, "_tma_available", lambda: False)
     assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64]) == []
 
