@@ -433,17 +433,23 @@ def test_triton_atomic_out_zeroes_a_dirty_output(mk, monkeypatch, scheme, zero):
     assert rel_error(out, ref) <= tolerance(cfg.dtype, w.scheme.method)
 
 
+def _small_triton(mk, scheme, seed):
+    """(device, config E 8 k 2 H 256 I 128, weights, prepared triton experts): bf16 on CUDA,
+    fp16 under the interpreter."""
+    cuda = torch.cuda.is_available()
+    dev = "cuda" if cuda else "cpu"
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")
+    w = mk.weights(cfg, scheme, seed=seed).to(dev)
+    return dev, cfg, w, prepare_experts(cfg, w, "triton")
+
+
 @pytest.mark.parametrize("scheme", ["none", "fp8_channel"])
 def test_triton_gemm2_block_m_above_gemm1s(mk, scheme):
     # launch configs with GEMM2 tiling more rows than GEMM1 (BM 32 over 16): the tokens are
     # aligned to the larger (align_bm), GEMM1 runs sub-blocks of the runs; before, GEMM2 was
     # clamped to GEMM1's BM. Matches the reference; the workspace is sized for the larger block
     from fusedmoe.backends.triton import align_bm
-    cuda = torch.cuda.is_available()
-    dev = "cuda" if cuda else "cpu"
-    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")
-    w = mk.weights(cfg, scheme, seed=91).to(dev)
-    pe = prepare_experts(cfg, w, "triton")
+    dev, cfg, w, pe = _small_triton(mk, scheme, 91)
     ex = pe.kernel.experts
     tiles = dict(BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=2, SPLIT_K=1)
     ex.lc.get = lambda T: (dict(tiles, BLOCK_SIZE_M=16), dict(tiles, BLOCK_SIZE_M=32))
@@ -462,11 +468,7 @@ def test_triton_sorted_h(mk, scheme, tma):
     # to the sorted positions (workspace xs) for GEMM1; a W8A8 scheme ignores both keys (its x
     # and h are quantized per token / slot). Both match the reference; the report names them
     from fusedmoe.backends.triton import _extras
-    cuda = torch.cuda.is_available()
-    dev = "cuda" if cuda else "cpu"
-    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")
-    w = mk.weights(cfg, scheme, seed=95).to(dev)
-    pe = prepare_experts(cfg, w, "triton")
+    dev, cfg, w, pe = _small_triton(mk, scheme, 95)
     ex = pe.kernel.experts
     tiles = dict(BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=2,
                  SPLIT_K=1, USE_TMA=tma)

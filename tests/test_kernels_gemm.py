@@ -393,6 +393,18 @@ def test_half_tail(counts, mode):
     assert _rel(outs[1], outs[0]) < 1e-6      # the same rows' sums, in a tile of half the height
 
 
+_COUNTS = [(40, 10, 9, 50, 0, 27), (1, 0, 0, 1, 0, 0)]   # expert sizes (k = 2) of the sorted-A tests
+
+
+def _sorted_case(counts, dtype, seed):
+    """(expert map, w13, w2, b13, b2, topk_weights, topk_ids, x) of the sorted-A tests: 6 global
+    experts (2 not local), H 72, I 40, exactly ``counts`` slots an expert."""
+    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
+    w13, w2, b13, b2 = _weights(5, 72, 40, dtype, bias=True)
+    tw, ids = _routing_counts(counts, seed=seed)
+    return emap, w13, w2, b13, b2, tw, ids, _x(ids.shape[0], 72, dtype)
+
+
 _SORTED_MODES = {   # GEMM2 config over BM 32 (TMA: h by descriptor), reduce
     "tma": (dict(USE_TMA=True), "deterministic"),
     "pointer": ({}, "deterministic"),
@@ -402,7 +414,7 @@ _SORTED_MODES = {   # GEMM2 config over BM 32 (TMA: h by descriptor), reduce
 }
 
 
-@pytest.mark.parametrize("counts", [(40, 10, 9, 50, 0, 27), (1, 0, 0, 1, 0, 0)])
+@pytest.mark.parametrize("counts", _COUNTS)
 @pytest.mark.parametrize("mode", list(_SORTED_MODES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_sorted_h(counts, mode, dtype):
@@ -412,10 +424,7 @@ def test_sorted_h(counts, mode, dtype):
     # and 27 rows under BM 32, a non-local expert (9 rows, dropped), T = 1; bias, the silu
     # clamp, K = I = 40 (a K tail under BK 32). h's rows checked against the gathered h, the
     # layer against the unsorted layer and the reference.
-    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
-    w13, w2, b13, b2 = _weights(5, 72, 40, dtype, bias=True)
-    tw, ids = _routing_counts(counts, seed=5)
-    x = _x(ids.shape[0], 72, dtype)
+    emap, w13, w2, b13, b2, tw, ids, x = _sorted_case(counts, dtype, 5)
     c1 = dict(SMALL, BLOCK_SIZE_M=32, USE_TMA=True, GU_ONE_DOT=True, PERSISTENT=1)
     over, reduce = _SORTED_MODES[mode]
     c2 = {**SMALL, "BLOCK_SIZE_M": 32, **over}
@@ -451,7 +460,7 @@ _SORTED_X_MODES = {   # GEMM1 config over BM 32 (TMA: x by descriptor)
 }
 
 
-@pytest.mark.parametrize("counts", [(40, 10, 9, 50, 0, 27), (1, 0, 0, 1, 0, 0)])
+@pytest.mark.parametrize("counts", _COUNTS)
 @pytest.mark.parametrize("mode", list(_SORTED_X_MODES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_sorted_x(counts, mode, dtype):
@@ -460,10 +469,7 @@ def test_sorted_x(counts, mode, dtype):
     # gathering them by token. Experts as in test_sorted_h; H = 72 (a K tail under BK 32);
     # the copy checked row by row, h against the gathering GEMM1, the layer (with SORTED_H)
     # against the reference
-    emap = torch.tensor([0, 1, -1, 2, 3, 4], dtype=torch.int32, device=DEV)
-    w13, w2, b13, b2 = _weights(5, 72, 40, dtype, bias=True)
-    tw, ids = _routing_counts(counts, seed=7)
-    x = _x(ids.shape[0], 72, dtype)
+    emap, w13, w2, b13, b2, tw, ids, x = _sorted_case(counts, dtype, 7)
     c1 = {**SMALL, "BLOCK_SIZE_M": 32, **_SORTED_X_MODES[mode]}
     align = align_block_size(ids, 32, 5, emap)
     xs = torch.full((align.max_padded, 72), float("nan"), dtype=dtype, device=DEV)
