@@ -43,7 +43,17 @@ the multiply each dot waits on had waited on them (H100 deepseek-v3 tp8 fp8_bloc
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
 num_stages, SPLIT_K[, USE_TMA, GU_ONE_DOT, HALF_TAIL, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR,
-BAND_N, MASK_A]). HALF_TAIL (the tiled kernel, BLOCK_SIZE_M >= 32, not with PERSISTENT + FLATTEN): a
+BAND_N, MASK_A, SORTED_X (GEMM1), SORTED_H (GEMM2)]). SORTED_H / SORTED_X (16-bit, the tiled kernel;
+``sorted_h`` / ``sorted_x``, read by the backend and ``moe_forward_triton``): A in sorted order,
+row = the tile's sorted position, so a tile's A rows are one [BM, BK] box that a TMA descriptor
+loads (with USE_TMA) instead of BM rows gathered by slot / token with cp.async. SORTED_H:
+GEMM1 writes h at the sorted positions (``gemm1_act(out_sorted=True)``, [max_padded, I]: padding
+rows too, finite values never stored by GEMM2) and GEMM2 reads it (``gemm2(h_sorted=True)``).
+SORTED_X: ``gather_sorted`` copies x's rows there first (one launch; padding rows zero) and GEMM1
+reads the copy (``gemm1_act(x_sorted=True)``). HALF_TAIL's half tiles load the sorted A by
+pointer. H100 Mixtral (docs/BENCHMARKS.md, twenty-sixth section): SORTED_H T=1024 / 4096 / 16384
+-5 / -4 / -2.6%, SORTED_X T=4096 a further -5.3%; both lose at qwen3 / deepseek-v3 (k = 8: the
+copy of x is 8 times x; h's padding rows) and SORTED_X at Mixtral T=256 / 1024. HALF_TAIL (the tiled kernel, BLOCK_SIZE_M >= 32, not with PERSISTENT + FLATTEN): a
 tile whose second half of rows is all padding runs as a tile of BM / 2 rows (``_tile_or_half``):
 half the MMAs for an expert's last few rows. H100 (docs/BENCHMARKS.md, twenty-fifth section): one
 tile a program 0.2-1.4% faster (Mixtral T=1024 GEMM2, shipped there); with PERSISTENT 6-20% SLOWER
