@@ -820,6 +820,12 @@ ROUNDS["s26h200"] = [   # session 26 (H200, its own files): what won on the H100
     ("mixtral-8x7b", 1, 1024, "E=8,N=14336,", [("g2 sorted h", "gemm2", _SH)]),
     ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("g2 sorted h", "gemm2", _SH)]),
 ]
+ROUNDS["s26t39"] = [   # session 26 (H100, under triton 3.9: T39=1): the sorted entries against the same entries
+    # without them (3.9 puts a fence.proxy.async in every K step of a gathered-A loop)
+    ("mixtral-8x7b", 1, 4096, "E=8,N=14336,", [("unsorted", [("gemm1", dict(SORTED_X=False)),
+                                                            ("gemm2", dict(SORTED_H=False))])]),
+    ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("unsorted", "gemm2", dict(SORTED_H=False))]),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
