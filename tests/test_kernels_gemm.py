@@ -479,6 +479,10 @@ def test_sorted_x(counts, mode, dtype):
     real = slots < ids.numel()
     assert torch.equal(xs[:total][real], x[slots[real] // 2])
     assert (xs[:total][~real] == 0).all() and xs[total:].isnan().all()
+    xt = x.t().contiguous().t()                                  # x with a column stride (a view)
+    assert torch.equal(gg.gather_sorted(xt, align, 2)[:total], xs[:total])
+    with pytest.raises(ValueError, match="gather_sorted"):
+        gg.gather_sorted(x, align, 2, xs[:-1])
     kw = dict(bias=b13, swiglu_limit=0.5, config=c1)
     h = gemm1_act(x, w13, align, 2, "silu", **kw)
     hx = gemm1_act(xs, w13, align, 2, "silu", x_sorted=True, **kw)

@@ -879,7 +879,7 @@ def _moe_reduce_kernel(y_ptr, out_ptr, ids_ptr, map_ptr, H, num_global, E,
 
 
 @triton.jit(do_not_specialize=["num_pairs"])
-def _gather_rows_kernel(x_ptr, out_ptr, sorted_ids_ptr, ntpp_ptr, num_pairs, H, stride_xm, stride_om,
+def _gather_rows_kernel(x_ptr, out_ptr, sorted_ids_ptr, ntpp_ptr, num_pairs, H, stride_xm, stride_xh, stride_om,
                         A_DIV: tl.constexpr, ROWS: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False):
     """out[p] = x[sorted_ids[p] // A_DIV] for the ROWS positions p of this program below the
     padded total; zeros for padding positions; nothing past the total."""
@@ -899,7 +899,8 @@ def _gather_rows_kernel(x_ptr, out_ptr, sorted_ids_ptr, ntpp_ptr, num_pairs, H, 
     for h0 in range(0, H, BLOCK_H):
         offs_h = h0 + tl.arange(0, BLOCK_H)
         h_ok = offs_h < H
-        v = tl.load(x_ptr + src[:, None] * stride_xm + offs_h[None, :], mask=ok[:, None] & h_ok[None, :], other=0.0)
+        v = tl.load(x_ptr + src[:, None] * stride_xm + offs_h[None, :] * stride_xh, mask=ok[:, None] & h_ok[None, :],
+                    other=0.0)
         tl.store(out_ptr + dst[:, None] * stride_om + offs_h[None, :], v, mask=live[:, None] & h_ok[None, :])
 
 
@@ -911,13 +912,16 @@ def gather_sorted(x: torch.Tensor, align: AlignResult, top_k: int, out: Optional
     T, H = x.shape
     if out is None:
         out = torch.empty(align.max_padded, H, dtype=x.dtype, device=x.device)
-    assert out.shape[0] >= align.max_padded and out.shape[1] == H and x.stride(1) == 1 and out.stride(1) == 1
+    if out.shape[0] < align.max_padded or out.shape[1] != H or out.stride(1) != 1:
+        raise ValueError(f"gather_sorted: out must be [>= {align.max_padded}, {H}] with unit column stride, "
+                         f"got {tuple(out.shape)} strides {out.stride()}")
     rows = 4
     if T == 0 or align.max_padded == 0:
         return out
     block_h = min(next_power_of_2(H), 4096 // x.element_size())
     launch(_gather_rows_kernel, (cdiv(align.max_padded, rows),), (
-        x, out, align.sorted_ids, align.num_tokens_post_padded, align.num_pairs, H, x.stride(0), out.stride(0),
+        x, out, align.sorted_ids, align.num_tokens_post_padded, align.num_pairs, H, x.stride(0), x.stride(1),
+        out.stride(0),
     ), dict(A_DIV=top_k, ROWS=rows, BLOCK_H=block_h, PDL=pdl), num_warps=4, launch_pdl=pdl)
     return out
 
