@@ -196,7 +196,8 @@ def grouped_cases() -> list:
         gg.gather_sorted(torch.empty(T, H, dtype=bf), align, k, xs, pdl=True)
         gg.gemm1_act(xs, torch.empty(E, 2 * I, H, dtype=bf), align, k, "silu", torch.empty(n, I, dtype=bf),
                      config=dict(c1, PERSISTENT=1, USE_TMA=True, GU_ONE_DOT=True), x_sorted=True, out_sorted=False)
-        out += [("gather sorted x pdl", captured[0]), ("grouped gemm1 bfloat16 sorted_x one_dot persistent", captured[1])]
+        out += [("gather sorted x pdl", captured[0]),
+                ("grouped gemm1 bfloat16 sorted_x one_dot persistent", captured[1])]
         # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),

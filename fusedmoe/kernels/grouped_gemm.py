@@ -53,8 +53,8 @@ SORTED_X: ``gather_sorted`` copies x's rows there first (one launch; padding row
 reads the copy (``gemm1_act(x_sorted=True)``). HALF_TAIL's half tiles load the sorted A by
 pointer. H100 Mixtral (docs/BENCHMARKS.md, twenty-sixth section): SORTED_H T=1024 / 4096 / 16384
 -5 / -4 / -2.6%, SORTED_X T=4096 a further -5.3%; both lose at qwen3 / deepseek-v3 (k = 8: the
-copy of x is 8 times x; h's padding rows) and SORTED_X at Mixtral T=256 / 1024. HALF_TAIL (the tiled kernel, BLOCK_SIZE_M >= 32, not with PERSISTENT + FLATTEN): a
-tile whose second half of rows is all padding runs as a tile of BM / 2 rows (``_tile_or_half``):
+copy of x is 8 times x; h's padding rows) and SORTED_X at Mixtral T=256 / 1024.
+HALF_TAIL (the tiled kernel, BLOCK_SIZE_M >= 32, not with PERSISTENT + FLATTEN): a tile whose second half of rows is all padding runs as a tile of BM / 2 rows (``_tile_or_half``):
 half the MMAs for an expert's last few rows. H100 (docs/BENCHMARKS.md, twenty-fifth section): one
 tile a program 0.2-1.4% faster (Mixtral T=1024 GEMM2, shipped there); with PERSISTENT 6-20% SLOWER
 (sm_90 compile: 170 -> 255 registers, no spill, the same pipelined loops; the cause is not known),
@@ -116,7 +116,8 @@ from .quantize import (_abs_bits, _bitwise_fp8, _q_arg, _quantize, _scale_from_a
                        gdc_wait)
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
-           "gemm2_workspace_spec", "sorted_h", "sorted_x", "gather_sorted", "ACTIVATIONS", "QUANT_MODES", "REDUCE_MODES"]
+           "gemm2_workspace_spec", "sorted_h", "sorted_x", "gather_sorted", "ACTIVATIONS", "QUANT_MODES",
+           "REDUCE_MODES"]
 
 # activation name -> constexpr id of the epilogue
 ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3,
