@@ -496,6 +496,26 @@ def test_sorted_x(counts, mode, dtype):
     assert _rel(fwd, ref) < TOL[dtype]
 
 
+@pytest.mark.parametrize("reduce", ["deterministic", "atomic"])
+def test_sorted_h_stale_rows(reduce):
+    # h in sorted order in a reused buffer full of NaN: GEMM1 at BM 16 under an alignment of 32
+    # skips the sub-blocks that are all padding, so some padding rows and every row past the
+    # padded total keep their NaN; GEMM2 (BM 32, TMA) reads them as its tiles' padding rows,
+    # which only feed output rows it never stores. The layer is finite and matches the unsorted one
+    emap, w13, w2, b13, b2, tw, ids, x = _sorted_case(_COUNTS[0], torch.float32, 9)
+    align = align_block_size(ids, 32, 5, emap)
+    c1 = dict(SMALL, BLOCK_SIZE_M=16)
+    c2 = dict(SMALL, BLOCK_SIZE_M=32, USE_TMA=True)
+    hs = torch.full((align.max_padded, 40), float("nan"), device=DEV)
+    gemm1_act(x, w13, align, 2, "silu", hs, bias=b13, config=c1, out_sorted=True)
+    assert hs.isnan().any()                                      # stale rows are left
+    out = gemm2(hs, w2, align, tw, bias=b2, config=dict(c2, SORTED_H=True), reduce=reduce, h_sorted=True)
+    h = gemm1_act(x, w13, align, 2, "silu", bias=b13, config=c1)
+    ref = gemm2(h, w2, align, tw, bias=b2, config=c2, reduce=reduce)
+    assert torch.isfinite(out).all()
+    assert _rel(out, ref) < 1e-6
+
+
 def test_sorted_h_errors():
     # a sorted h needs the alignment's padded bound of rows, 16-bit without scales, the tiled kernel
     w13, w2, _, _ = _weights(4, 64, 32, torch.float32)
