@@ -991,11 +991,11 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
     if a_sorted or c_sorted:   # (see gemm1_act's out_sorted, gemm2's h_sorted)
         rows = align.max_padded
         if config.get("A_RESIDENT", 0) or quant != "none" or out_group or a_group:
-            raise ValueError("sorted h (GEMM2 config SORTED_H) is for 16-bit h without scales and the tiled "
-                             "kernel (not A_RESIDENT)")
+            raise ValueError("a sorted x / h (config SORTED_X / SORTED_H) is for 16-bit operands without scales "
+                             "and the tiled kernel (not A_RESIDENT)")
         if (a_sorted and a.shape[0] < rows) or (c_sorted and c.shape[0] < rows):
-            raise ValueError(f"a sorted h needs {rows} rows (the alignment's padded bound), "
-                             f"got {(a if a_sorted else c).shape[0]}")
+            raise ValueError(f"a sorted x / h needs {rows} rows (the alignment's padded bound), "
+                             f"got {(a if a_sorted and a.shape[0] < rows else c).shape[0]}")
     if config.get("A_RESIDENT", 0):
         return _launch_resident(a, b, c, align, n_out=n_out, config=config, bias=bias, topk_weights=topk_weights,
                                 quant=quant, a_scale=a_scale, b_scale=b_scale, block_shape=block_shape, pdl=pdl,
