@@ -22,6 +22,9 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | GEMM1 (default 1 on sm90+ with a Triton that has it)           |
 | FUSEDMOE_DECODE_TILES       | N tiles a decode GEMM2 program takes (kernels/decode.py       |
 |                             | ``TILES``; default: ``decode.gemm2_tiles``'s rule), for A/Bs  |
+| FUSEDMOE_DECODE_A3          | 0 / 1: the decode GEMM2 loads its activation rows in the      |
+|                             | weight tile's layout (kernels/decode.py ``A3``; default:      |
+|                             | ``decode.gemm2_a3``'s rule: 16-bit weights, triton >= 3.7)    |
 | FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
 |                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
 |                             | not programmatic dependent launches of the kernel before      |
@@ -65,7 +68,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_DECODE_A3", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
              "FUSEDMOE_REDUCE")
 
 
@@ -120,6 +123,16 @@ def decode_pairs() -> int | None:
 def decode_tiles() -> int | None:
     """FUSEDMOE_DECODE_TILES as an int (None when unset: kernels/decode.py's own rule)."""
     return _int_var("FUSEDMOE_DECODE_TILES", 1, "an integer >= 1", "4")
+
+
+def decode_a3() -> bool | None:
+    """FUSEDMOE_DECODE_A3 as a bool (None when unset: kernels/decode.py's own rule)."""
+    v = os.environ.get("FUSEDMOE_DECODE_A3", "").strip()
+    if not v:
+        return None
+    if v in ("0", "1"):
+        return v == "1"
+    raise ConfigError("FUSEDMOE_DECODE_A3", v, "0 or 1", "unset it for the default")
 
 
 def decode_pdl() -> bool:

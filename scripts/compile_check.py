@@ -74,7 +74,8 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
             #                    and grouped GEMMs get uint8 views of fp8 outputs on the CPU
         sig[p.name] = "constexpr"
         consts[p.name] = v
-    opts = {"num_warps": num_warps or 4}
+    from fusedmoe.kernels.launcher import COMPILE_OPTIONS   # what every launch passes (FP fusion on)
+    opts = {"num_warps": num_warps or 4, **COMPILE_OPTIONS}
     if pdl:
         opts["launch_pdl"] = True
     if num_stages:

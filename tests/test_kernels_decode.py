@@ -137,12 +137,16 @@ def test_decode_gemm2_tiles_bitwise(case, tiles, bn, bk):
             bk = 32
     for t in (T, 1):                                           # fp32 out: exact against the reference
         one, many = (torch.full((t, H_ODD), float("nan"), device=DEV) for _ in range(2))
-        decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], one, config=dict(BLOCK_N=bn, BLOCK_K=bk), **kw)
-        decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], many, config=dict(BLOCK_N=bn, BLOCK_K=bk, TILES=tiles), **kw)
-        assert torch.equal(one, many), (t, (one - many).abs().max())
-        assert (many[0] == 0).all()
-        if t == T:
-            assert _rel(many, ref) < 1e-5 and many[1:].abs().amin(dim=1).gt(0).any()
+        decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], one, config=dict(BLOCK_N=bn, BLOCK_K=bk, A3=False), **kw)
+        # A3: h's rows loaded BN times in the weight tile's layout: the same products and sums
+        for a3 in (False, True):
+            many.fill_(float("nan"))
+            decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], many, config=dict(BLOCK_N=bn, BLOCK_K=bk, TILES=tiles, A3=a3),
+                         **kw)
+            assert torch.equal(one, many), (t, a3, (one - many).abs().max())
+            assert (many[0] == 0).all()
+            if t == T:
+                assert _rel(many, ref) < 1e-5 and many[1:].abs().amin(dim=1).gt(0).any()
 
 
 def test_decode_no_tokens_and_one_expert_for_all():
@@ -241,6 +245,37 @@ def test_gemm2_tiles_rule(monkeypatch):
         gemm2_tiles(16, 132, 2)
 
 
+def test_gemm2_a3_rule(monkeypatch):
+    from fusedmoe.kernels import decode as dk
+    monkeypatch.delenv("FUSEDMOE_DECODE_A3", raising=False)
+    assert not dk.gemm2_a3(1)                                  # 8-bit weights: never (measured even or slower)
+    monkeypatch.setattr(dk.triton, "__version__", "3.6.0")
+    assert not dk.gemm2_a3(2)                                  # 3.6 lays the tile out with warps over the slots
+    for v in ("3.9.0", "3.10.0+git1234"):
+        monkeypatch.setattr(dk.triton, "__version__", v)
+        assert dk.gemm2_a3(2) and dk.gemm2_a3(4)
+    monkeypatch.setenv("FUSEDMOE_DECODE_A3", "0")
+    assert not dk.gemm2_a3(2)
+    monkeypatch.setenv("FUSEDMOE_DECODE_A3", "1")
+    assert dk.gemm2_a3(1)
+    monkeypatch.setenv("FUSEDMOE_DECODE_A3", "yes")
+    with pytest.raises(Exception, match="FUSEDMOE_DECODE_A3"):
+        dk.gemm2_a3(2)
+    # the launch: an explicit config's key, else the rule (decode_config's tile or not); never with
+    # the in-kernel quantization of h (QA)
+    monkeypatch.delenv("FUSEDMOE_DECODE_A3", raising=False)
+    h, w2 = torch.empty(4, 32, dtype=torch.bfloat16), torch.empty(E, 24, 32, dtype=torch.bfloat16)
+    ids, tw, out = torch.zeros(2, 2, dtype=torch.int32), torch.empty(2, 2), torch.empty(2, 24, dtype=torch.bfloat16)
+    spec = dk.gemm2_launch(h, w2, ids, tw, out)
+    assert spec[3]["A3"] == spec[3]["BLOCK_N"]                  # 3.10 (patched above), 16-bit
+    assert dk.gemm2_launch(h, w2, ids, tw, out, config=dict(BLOCK_N=8, BLOCK_K=16))[3]["A3"] == 8
+    assert dk.gemm2_launch(h, w2, ids, tw, out, config=dict(BLOCK_N=8, BLOCK_K=16, A3=False))[3]["A3"] == 0
+    assert dk.gemm2_launch(h, w2, ids, tw, out, config=dict(BLOCK_N=8, BLOCK_K=16, A3=True))[3]["A3"] == 8
+    w8 = torch.empty(E, 24, 32, dtype=torch.float8_e4m3fn)
+    assert dk.gemm2_launch(h, w8, ids, tw, out, config=dict(BLOCK_N=8, BLOCK_K=16, A3=True), quant="channel",
+                           b_scale=torch.ones(E, 24), quantize_a="fp8")[3]["A3"] == 0
+
+
 def test_decode_config_rules():
     # qwen3 T=1 GEMM1 (gate + up rows): 16 KB steps of 2 KB row segments -> BN 4 x BK 1024
     assert decode_config(2, 8, 768, 2048, 2, 132) == dict(BLOCK_N=4, BLOCK_K=1024, num_warps=4, PREFETCH=True)
@@ -277,6 +312,13 @@ def test_gpu_decode_real_sizes(shape, T):
     if torch.cuda.get_device_capability()[0] >= 9:       # GEMM2 a programmatic dependent launch
         for _ in range(3):                               # (it reads h after griddepcontrol.wait)
             assert torch.equal(decode_forward(x, w13, w2, tw, ids, pdl=True), out)
+    # GEMM2 with h's rows in the weight tile's layout (A3) and without: bitwise the same
+    from fusedmoe.kernels.decode import _cached_config
+    from fusedmoe.kernels.launcher import next_power_of_2
+    h = decode_gemm1(x, w13, ids, "silu")
+    c2 = dict(_cached_config(next_power_of_2(k), T, H_, I_, 2, torch.cuda.get_device_properties(0).multi_processor_count))
+    for a3 in (False, True):
+        assert torch.equal(decode_gemm2(h, w2, ids, tw, config=dict(c2, A3=a3)), out), a3
 
 
 @pytest.mark.gpu

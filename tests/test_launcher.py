@@ -122,7 +122,7 @@ def _launch_checked(fk, args, constexprs, grid=(3,), **opts) -> str:
     """launch(); then check that the launch went to the binary JITFunction.run would pick
     for this call, with bound_args.values() (types included: 1 is not True). Returns the path."""
     launch(fk, grid, args, constexprs, **opts)
-    bound, spec, options = fk.binder(*args, **constexprs, **opts)
+    bound, spec, options = fk.binder(*args, **constexprs, **launcher.COMPILE_OPTIONS, **opts)
     want_ck = fk.binaries.get((str(spec), str(sorted(options.items()))))
     path, ck, _, _, got = fk.calls[-1]
     assert ck is want_ck, "launched another binary than triton would"
@@ -157,6 +157,19 @@ def test_env_switch_and_interpreter(monkeypatch):
     assert not launcher.fast_path_enabled()          # read once: reset() re-reads
     launcher.reset()
     assert launcher.fast_path_enabled()
+
+
+def test_every_launch_asks_for_fp_fusion(fast):
+    # enable_fp_fusion=True by name on every path (normal, cached, PDL): triton 3.10 turns the
+    # default off, and 3.9 warns where a compile relies on it
+    assert launcher.COMPILE_OPTIONS == {"enable_fp_fusion": True}
+    fk = _FakeJIT(_toy)
+    x = torch.zeros(64, dtype=torch.float32)
+    for opts in (dict(num_warps=4), dict(num_warps=4), dict(num_stages=2, launch_pdl=True), {}):
+        _launch_checked(fk, _args(x), dict(BLOCK=16, MODE=0), **opts)
+    assert len(fk.binaries) == 3
+    for key in fk.binaries:
+        assert "('enable_fp_fusion', True)" in key[1], key
 
 
 def test_fast_path_hits_and_binds_like_triton(fast):

@@ -39,6 +39,7 @@ import triton.language as tl
 
 from ..config import Activation
 from .quantize import gated_activation, plain_activation
+from .launcher import COMPILE_OPTIONS
 
 __all__ = ["batched_gemm1_act", "batched_gemm2", "default_batched_config"]
 
@@ -234,7 +235,8 @@ def _launch(a, counts, b, c, activation, gated, bias, swiglu_limit, alpha, limit
         SCALE_MODE=mode, GROUP_N=group_n, GROUP_K=group_k,
         ACC_INT=acc_int, IEEE_FP32=a.dtype == torch.float32,
         BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk,
-        num_warps=config.get("num_warps", 4), num_stages=config.get("num_stages", 3))
+        num_warps=config.get("num_warps", 4), num_stages=config.get("num_stages", 3),
+        **COMPILE_OPTIONS)
     return c
 
 

@@ -64,11 +64,17 @@ def _local_experts(ids_ptr, map_ptr, s, ok, num_global, E, HAS_MAP: tl.constexpr
 
 
 @triton.jit
-def _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K: tl.constexpr):
+def _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K: tl.constexpr, A3: tl.constexpr = 0):
     """a [R, BK] of the activation rows at K offset k0 (columns at or past a row's k_lim
-    read as 0 and move no memory)."""
+    read as 0 and move no memory). A3 > 0: [R, A3, BK], each row A3 times (see _rows_dot)."""
     kk = k0 + tl.arange(0, BLOCK_K)
-    return tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=kk[None, :] < k_lim[:, None], other=0.0)
+    if A3 > 0:
+        z = tl.zeros((A3,), dtype=tl.int32)
+        a = tl.load(a_rows[:, None, None] + (z[None, :, None] + kk[None, None, :]) * stride_ak,
+                    mask=(kk[None, :] < k_lim[:, None])[:, None, :], other=0.0)
+    else:
+        a = tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=kk[None, :] < k_lim[:, None], other=0.0)
+    return a
 
 
 @triton.jit
@@ -80,8 +86,8 @@ def _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr):
-    return _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K), _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K)
+def _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr, A3: tl.constexpr = 0):
+    return _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K, A3), _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K)
 
 
 @triton.jit
@@ -126,8 +132,8 @@ def _row_scales(a_rows, stride_ak, K, k_lim, QMAX: tl.constexpr, R: tl.constexpr
 def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
                 QA: tl.constexpr, QTYPE: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
-                R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """acc [R, BN] += sum_k a[r, k] * w[r, n, k].
+                R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A3: tl.constexpr = 0):
+    """acc [R, BN] += sum_k a[r, k] * w[r, n, k] (A3: a is [R, BN, BK], ``_load_a``).
 
     QA 1: a is 16-bit and is quantized here with the per-row scales ``sa_tok`` (applied
     later, in the epilogue); QA 2: a is quantized here per GROUP_K group (fp8, optionally
@@ -135,16 +141,23 @@ def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_b
     if QA == 1:
         a = _fake_quant(a, sa_tok[:, None], QTYPE, BITWISE_FP8)
     if INT_ACC:
-        acc += tl.sum(w.to(tl.int32) * a.to(tl.int32)[:, None, :], axis=2)
+        if A3:
+            acc += tl.sum(w.to(tl.int32) * a.to(tl.int32), axis=2)
+        else:
+            acc += tl.sum(w.to(tl.int32) * a.to(tl.int32)[:, None, :], axis=2)
     elif A_SCALE == 3 or B_SCALE == 3 or QA == 2:
         # NG scale groups of GG columns in this K tile (NG = 1: the tile lies in one group)
         NG: tl.constexpr = BLOCK_K // GROUP_K if BLOCK_K > GROUP_K else 1
         GG: tl.constexpr = BLOCK_K // NG
-        a3 = tl.reshape(a.to(tl.float32), (R, NG, GG))
-        if QA == 2:
-            sq = _scale_from_amax_bits(tl.max(_abs_bits(a3), axis=2), 448.0, POW2)      # [R, NG]
-            a3 = _fake_quant(a3, sq[:, :, None], "fp8", BITWISE_FP8)
-        p = tl.sum(tl.reshape(w, (R, BLOCK_N, NG, GG)).to(tl.float32) * a3[:, None, :, :], axis=3)  # [R, BN, NG]
+        if A3:   # (QA 0)
+            p = tl.sum(tl.reshape(w, (R, BLOCK_N, NG, GG)).to(tl.float32)
+                       * tl.reshape(a.to(tl.float32), (R, BLOCK_N, NG, GG)), axis=3)            # [R, BN, NG]
+        else:
+            a3 = tl.reshape(a.to(tl.float32), (R, NG, GG))
+            if QA == 2:
+                sq = _scale_from_amax_bits(tl.max(_abs_bits(a3), axis=2), 448.0, POW2)      # [R, NG]
+                a3 = _fake_quant(a3, sq[:, :, None], "fp8", BITWISE_FP8)
+            p = tl.sum(tl.reshape(w, (R, BLOCK_N, NG, GG)).to(tl.float32) * a3[:, None, :, :], axis=3)  # [R, BN, NG]
         g = k0 // GROUP_K + tl.arange(0, NG)
         g_ok = g * GROUP_K < K                        # groups past K: products are 0, scales unread
         if QA == 2:
@@ -154,6 +167,8 @@ def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_b
         if B_SCALE == 3:
             p = p * tl.load(bs_rows[:, :, None] + g[None, None, :] * stride_bsk, mask=g_ok[None, None, :], other=0.0)
         acc += tl.sum(p, axis=2)
+    elif A3:
+        acc += tl.sum(w.to(tl.float32) * a.to(tl.float32), axis=2)
     else:
         acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
     return acc
@@ -171,7 +186,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
               QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
               BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0):
+              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, A3: tl.constexpr = 0):
     """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
     each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
     or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
@@ -182,6 +197,8 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
     WAIT: the activations are written by other programs, the weights are not; the first
     weight tile is loaded, then the program waits, then reads the activations. WAIT 1
     (programmatic dependent launch): for the previous grid (griddepcontrol.wait).
+    A3 (= BN, QA 0): the activation tile is loaded as [R, BN, BK], each row BN times, in the
+    weight tile's own layout (``_load_a``); see ``gemm2_a3``.
     """
     if not PREFETCH:
         _wait(WAIT)
@@ -197,19 +214,21 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
         if WAIT:
             w_nx = _load_w(w_rows, stride_wk, 0, k_lim, BLOCK_K)
             _wait(WAIT)
-            a_nx = _load_a(a_rows, stride_ak, 0, k_lim, BLOCK_K)
+            a_nx = _load_a(a_rows, stride_ak, 0, k_lim, BLOCK_K, A3)
         else:
-            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, 0, k_lim, BLOCK_K)
+            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, 0, k_lim, BLOCK_K, A3)
         for k0 in range(0, K, BLOCK_K):
             a, w = a_nx, w_nx
-            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + BLOCK_K, k_lim, BLOCK_K)
+            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + BLOCK_K, k_lim, BLOCK_K, A3)
             acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
-                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K)
+                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K,
+                              A3)
     else:
         for k0 in range(0, K, BLOCK_K):
-            a, w = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K)
+            a, w = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K, A3)
             acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
-                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K)
+                              A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K,
+                              A3)
     return acc.to(tl.float32), sa_tok
 
 
@@ -309,7 +328,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                 MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                 GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                 QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr):
+                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, A3: tl.constexpr):
     """GEMM2 for token t (int64), N tile pid_n: all k slots at once as R = KP (k rounded up
     to a power of two) weight row groups, then a fixed-order sum over the slots. WAIT: the
     first weight tile is read before h is waited for (``_rows_dot``)."""
@@ -323,7 +342,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                             stride_wk, K, K * keep.to(tl.int32), as_rows, stride_ask,
                             bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
                             A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
+                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, A3)
     _gemm2_out(acc, sa_tok, s, keep, e, as_rows, bs_e, bias_ptr, topk_w_ptr, out_ptr + t * stride_om, offs_n, n_ok,
                wrows, stride_bias_e, stride_bsn, stride_bias_n, stride_on, A_SCALE, B_SCALE, HAS_BIAS, QA, MUL_W)
 
@@ -337,7 +356,7 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
                  MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                  GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                  QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, NT: tl.constexpr, WAIT: tl.constexpr):
+                 BLOCK_K: tl.constexpr, NT: tl.constexpr, WAIT: tl.constexpr, A3: tl.constexpr):
     """GEMM2 for token t, N tiles pid * NT ... pid * NT + NT - 1 (``_gemm2_item``'s math per
     tile, the same fixed-order sum over the slots). The tiles' K steps are one stream of
     weight loads: the next step's tile (of this N tile or the next) is in flight while a step
@@ -374,12 +393,12 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
         offs1 = n_first + tile1 * BLOCK_N + tl.arange(0, BLOCK_N)
         w_nx = _load_w(w_e + (no_rows + tl.where(offs1 < N_OUT, offs1, 0)[None, :]) * stride_wn, stride_wk,
                        (i + 1 - tile1 * ks) * BLOCK_K, k_lim * (tile1 < tiles).to(tl.int32), BLOCK_K)
-        a = _load_a(h_rows, stride_hk, k0, k_lim, BLOCK_K)
+        a = _load_a(h_rows, stride_hk, k0, k_lim, BLOCK_K, A3)
         offs = n_first + tile * BLOCK_N + tl.arange(0, BLOCK_N)
         wrows = no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]
         acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
                           stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, KP, BLOCK_N,
-                          BLOCK_K)
+                          BLOCK_K, A3)
         if k0 + BLOCK_K >= K:                          # the tile's last K step: its output
             _gemm2_out(acc.to(tl.float32), sa_tok, s, keep, e, as_rows, bs_e, bias_ptr, topk_w_ptr,
                        out_ptr + t * stride_om, offs, offs < N_OUT, wrows, stride_bias_e, stride_bsn, stride_bias_n,
@@ -425,7 +444,7 @@ def _decode_gemm2_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, NT: tl.constexpr = 1,
+    PDL: tl.constexpr = False, NT: tl.constexpr = 1, A3: tl.constexpr = 0,
 ):
     """Grid (N tiles / NT, tokens). PDL: launched as a programmatic dependent of the kernel that
     wrote h; reads ids and the first weight tile, then waits for that kernel. NT > 1: NT
@@ -436,14 +455,14 @@ def _decode_gemm2_kernel(
                      stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                      stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                      TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE,
-                     QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, NT, 1 if PDL else 0)
+                     QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, NT, 1 if PDL else 0, A3)
     else:  # (no early return: triton 3.6 rejects one followed by code of another shape)
         _gemm2_item(tl.program_id(0), tl.program_id(1).to(tl.int64), h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr,
                     b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
                     stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                     TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE, QMAX,
-                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0)
+                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, A3)
 
 
 # ----------------------------------------------------------------------------------------
@@ -506,6 +525,34 @@ def gemm2_tiles(tiles: int, num_sms: int, esize: int) -> int:
     while esize == 1 and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
         nt *= 2
     return nt
+
+
+def _triton_at_least(major: int, minor: int) -> bool:
+    try:
+        return tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (major, minor)
+    except ValueError:
+        return True
+
+
+def gemm2_a3(esize: int) -> bool:
+    """Whether the decode GEMM2 loads its activation rows as [KP, BN, BK] in the weight tile's
+    own layout (``A3``, see ``_rows_dot``): the launch config's ``A3`` key where it has one,
+    else FUSEDMOE_DECODE_A3, else this rule (never with QA, the in-kernel quantization of h). Why, from the H100 (T=1,
+    benchmarks/decode_a3_ab.py, docs/BENCHMARKS.md twenty-seventh section):
+      * triton 3.9 gives the [KP, BN, BK] weight tile warps [2, 4, 1] where 3.6 gives
+        [8, 1, 1] (the coalescing order breaks the tie between KP and BN the other way), so
+        the [KP, BK] activation tile goes through shared memory into the slice layout every
+        K step: 101 registers against 64, GEMM2 alone 16.0 us against 12.4 (deepseek-v3 tp8
+        bf16), Mixtral's 98.9 against 79.0;
+      * loaded as [KP, BN, BK] (each row BN times, out of L1) it needs no conversion: under
+        3.9 the bf16 layer at T=1 goes 37.7 -> 34.6 us (deepseek-v3 tp8), 238.1 -> 230.4
+        (Mixtral), 29.7 -> 29.4 (qwen3); under 3.6 it is even (+-1%);
+      * 8-bit weights: even or slower under both (qwen3 fp8_channel T=1 3.6: 18.4 -> 20.8).
+    So: 16-bit weights under triton >= 3.7."""
+    v = env.decode_a3()
+    if v is not None:
+        return v
+    return esize >= 2 and _triton_at_least(3, 7)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -681,11 +728,14 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
         scale_pow2, config)
     nt = (int(config.get("TILES", 1)) if explicit
           else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device), w2.element_size()))
+    a3 = config.get("A3") if explicit else None
+    a3 = config["BLOCK_N"] if (gemm2_a3(w2.element_size()) if a3 is None else a3) and not consts["QA"] else 0
     return (_decode_gemm2_kernel, (cdiv(cdiv(H, config["BLOCK_N"]), nt), T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
-    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, NT=nt, **consts), config.get("num_warps", 4), None, pdl)
+    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, NT=nt, A3=a3, **consts), config.get("num_warps", 4),
+        None, pdl)
 
 
 def decode_forward(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,

@@ -337,17 +337,23 @@ def unpin_launch_state(token) -> None:
     _pinned.state = token
 
 
+# Every fusedmoe kernel compiles with floating-point contraction (a*b + c as one FMA) ON, by
+# name: it is triton's default up to 3.9, which warns once when the default is used ("will
+# change to DISABLED in Triton 3.10") and flips it in 3.10. The kernels' tolerance table and
+# their speed (the decode GEMMs' sums are FMA chains) assume it. TRITON_FORCE_DISABLE_FP_FUSION
+# still turns it off (triton's own override, for debugging).
+COMPILE_OPTIONS = {"enable_fp_fusion": True}
+
+
 def _normal(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl=False):
-    if launch_pdl:   # a compile option of triton >= 3.4 (programmatic dependent launch)
-        opts = {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
-        return kernel[grid](*args, **constexprs, **opts, launch_pdl=True)
+    opts = dict(COMPILE_OPTIONS)
     if num_warps is not None:
-        if num_stages is not None:
-            return kernel[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
-        return kernel[grid](*args, **constexprs, num_warps=num_warps)
+        opts["num_warps"] = num_warps
     if num_stages is not None:
-        return kernel[grid](*args, **constexprs, num_stages=num_stages)
-    return kernel[grid](*args, **constexprs)
+        opts["num_stages"] = num_stages
+    if launch_pdl:   # a compile option of triton >= 3.4 (programmatic dependent launch)
+        opts["launch_pdl"] = True
+    return kernel[grid](*args, **constexprs, **opts)
 
 
 # ---------------------------------------------------------------------------- public API

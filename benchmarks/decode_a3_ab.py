@@ -1,0 +1,67 @@
+"""Decode GEMM2's activation tile in the weight tile's layout (kernels/decode.py A3), A/B on the GPU.
+
+    python3 benchmarks/decode_a3_ab.py [--cases qwen3-30b-a3b:1:none,...] [--tokens 1,2]
+
+Session 27: under triton 3.9 the [KP, BN, BK] weight tile of the decode GEMM2 takes warps
+[2, 4, 1] (3.6: [8, 1, 1]), so the [KP, BK] activation tile goes through shared memory to
+the slice layout every K step (101 registers against 64). With A3 the activation rows are
+loaded as [KP, BN, BK] (each row BN times, from L1) in the weight tile's own layout.
+Per case: GEMM2 alone at T=1 (decode_config's tile and BK halved), A3 off / on, then the
+layer at each T, A3 off / on in alternating rounds (decode_ab.variants_ab)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import decode_ab as dab  # noqa: E402
+from fusedmoe.bench import harness as hz  # noqa: E402
+from fusedmoe.kernels.decode import decode_config  # noqa: E402
+from fusedmoe.kernels.launcher import next_power_of_2  # noqa: E402
+from fusedmoe.presets import get_preset  # noqa: E402
+
+VAR = "FUSEDMOE_DECODE_A3"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="qwen3-30b-a3b:1:none,deepseek-v3:8:none,deepseek-v3:8:fp8_block,"
+                    "qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,mixtral-8x7b:1:none")
+    ap.add_argument("--tokens", default="1,2")
+    ap.add_argument("--kernel", default="none", help="schemes whose GEMM2 is also timed alone")
+    a = ap.parse_args()
+    bw = hz.measure_ceilings("cuda").copy_gbps
+    import triton
+    print(f"triton {triton.__version__} copy {bw:.0f} GB/s", flush=True)
+    for case in a.cases.split(","):
+        name, tp, scheme = case.split(":")
+        cfg = get_preset(name).to_config(tp=int(tp))
+        if scheme in a.kernel.split(","):
+            w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+            sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
+            esize = 1 if scheme != "none" else 2
+            d = decode_config(next_power_of_2(cfg.top_k), 1, cfg.hidden_size, cfg.intermediate_size, esize)
+            confs = [d, dict(d, BLOCK_K=d["BLOCK_K"] // 2)]
+            for v in ("0", "1"):
+                os.environ[VAR] = v
+                rows, _ = dab.kernel_sweep(cfg, w, sets, bw, False, scheme, True, False, {"gemm2": confs})
+                for r in rows:
+                    print(f"K {case:28s} A3={v} gemm2 BN{r['BLOCK_N']} BK{r['BLOCK_K']} w{r['num_warps']} "
+                          + (f"{r['us']:7.2f} us {r['pct']:.0f}%" if "us" in r else r.get("error", "")), flush=True)
+            os.environ.pop(VAR, None)
+            del w
+        rows = dab.variants_ab(name, int(tp), scheme, bw, [int(t) for t in a.tokens.split(",")],
+                               {"a3=0": {VAR: "0"}, "a3=1": {VAR: "1"}}, rounds=4)
+        for r in rows:
+            print(f"L {case:28s} T={r['T']} {r['variant']} graph {r['us_graph']:7.2f} eager {r['us_eager']:6.1f} us "
+                  f"{r['pct']:5.1f}% ok={r['ok']} err={r['err']:.1e}", flush=True)
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
