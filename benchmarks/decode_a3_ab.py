@@ -33,7 +33,11 @@ def main() -> int:
                     "qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,mixtral-8x7b:1:none")
     ap.add_argument("--tokens", default="1,2")
     ap.add_argument("--kernel", default="none", help="schemes whose GEMM2 is also timed alone")
+    ap.add_argument("--bk", action="store_true", help="instead: the layer with decode_config's GEMM2 BK and "
+                    "with it halved (16-bit weights), in alternating rounds")
     a = ap.parse_args()
+    if a.bk:
+        return bk_ab(a)
     bw = hz.measure_ceilings("cuda").copy_gbps
     import triton
     print(f"triton {triton.__version__} copy {bw:.0f} GB/s", flush=True)
@@ -59,6 +63,49 @@ def main() -> int:
         for r in rows:
             print(f"L {case:28s} T={r['T']} {r['variant']} graph {r['us_graph']:7.2f} eager {r['us_eager']:6.1f} us "
                   f"{r['pct']:5.1f}% ok={r['ok']} err={r['err']:.1e}", flush=True)
+        torch.cuda.empty_cache()
+    return 0
+
+
+def bk_ab(a) -> int:
+    """The layer (prepare_experts('triton')) at each T with decode_config's GEMM2 tile and with
+    its BK halved (16-bit weights, KP >= 4 rows: the k-slot GEMM2), best of 4 alternating rounds."""
+    from fusedmoe.kernels import decode as dk
+    from fusedmoe.layer import prepare_experts
+    bw = hz.measure_ceilings("cuda").copy_gbps
+    import triton
+    print(f"triton {triton.__version__} copy {bw:.0f} GB/s", flush=True)
+    rule = dk.decode_config
+
+    def halved(rows, programs, n_out, K, esize, num_sms=132, group_k=None):
+        c = rule(rows, programs, n_out, K, esize, num_sms, group_k)
+        if rows >= 4 and esize == 2 and c["BLOCK_K"] >= 32:
+            c = dict(c, BLOCK_K=c["BLOCK_K"] // 2)
+        return c
+
+    for case in a.cases.split(","):
+        name, tp, scheme = case.split(":")
+        cfg = get_preset(name).to_config(tp=int(tp))
+        w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+        per_expert = hz.expert_bytes(cfg.hidden_size, cfg.intermediate_size, scheme)
+        for T in [int(t) for t in a.tokens.split(",")]:
+            sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=0)
+            roof = hz.moe_bytes(T, cfg.hidden_size, sets.experts_hit, per_expert) / (bw * 1e9) * 1e6
+            best = {}
+            for _ in range(4):
+                for var, fn in (("bk=rule", rule), ("bk=half", halved)):
+                    dk.decode_config = fn
+                    dk._cached_config.cache_clear()
+                    pe = prepare_experts(cfg, w, "triton")
+                    chk = hz.check_against(pe, hz.make_check_case(cfg, w, T, "cuda"))
+                    t = hz.time_impl(pe, sets, graph=True, eager=False)
+                    b = best.setdefault(var, [t.us_graph, chk.ok])
+                    b[0], b[1] = min(b[0], t.us_graph), b[1] and chk.ok
+            dk.decode_config = rule
+            dk._cached_config.cache_clear()
+            for var, (us, ok) in best.items():
+                print(f"L {case:28s} T={T} {var} graph {us:7.2f} us {100 * roof / us:5.1f}% ok={ok}", flush=True)
+        del w
         torch.cuda.empty_cache()
     return 0
 
