@@ -239,8 +239,12 @@ def test_explain_auto_w8a8_decode_per_bucket(monkeypatch):
     # a program here (decode.gemm2_tiles), 16-bit weights one; the tensor-core row names none
     assert "GEMM1 BN4xBK1024, GEMM2 BN4xBK256 x4 N tiles a program" in rows["T=1"]
     assert "GEMM2 BN" not in rows["T=16"]
-    bf16 = _variants(cfg, QuantScheme.parse("none"), Platform.resolve("h100"))["T=1"]
-    assert "GEMM2 BN4xBK256" in bf16 and "N tiles a program" not in bf16
+    from fusedmoe.kernels import decode as dk
+    for ver, bk, a3 in (("3.6.0", 256, False), ("3.9.0", 128, True)):    # (decode_config, gemm2_a3)
+        monkeypatch.setattr(dk.triton, "__version__", ver)
+        bf16 = _variants(cfg, QuantScheme.parse("none"), Platform.resolve("h100"))["T=1"]
+        assert f"GEMM2 BN4xBK{bk}" in bf16 and "N tiles a program" not in bf16
+        assert ("A3" in bf16) == a3 and "A3" not in rows["T=1"]
 
 
 @pytest.mark.parametrize("quant,mode,want", [

@@ -245,8 +245,9 @@ def test_gemm2_tiles_rule(monkeypatch):
         gemm2_tiles(16, 132, 2)
 
 
-def test_gemm2_a3_rule(monkeypatch):
+def test_gemm2_a3_rule(monkeypatch, request):
     from fusedmoe.kernels import decode as dk
+    request.addfinalizer(dk._cached_config.cache_clear)       # (configs made under a patched version)
     monkeypatch.delenv("FUSEDMOE_DECODE_A3", raising=False)
     assert not dk.gemm2_a3(1)                                  # 8-bit weights: never (measured even or slower)
     monkeypatch.setattr(dk.triton, "__version__", "3.6.0")
@@ -276,7 +277,9 @@ def test_gemm2_a3_rule(monkeypatch):
                            b_scale=torch.ones(E, 24), quantize_a="fp8")[3]["A3"] == 0
 
 
-def test_decode_config_rules():
+def test_decode_config_rules(monkeypatch):
+    from fusedmoe.kernels import decode as dk
+    monkeypatch.setattr(dk.triton, "__version__", "3.6.0")
     # qwen3 T=1 GEMM1 (gate + up rows): 16 KB steps of 2 KB row segments -> BN 4 x BK 1024
     assert decode_config(2, 8, 768, 2048, 2, 132) == dict(BLOCK_N=4, BLOCK_K=1024, num_warps=4, PREFETCH=True)
     # GEMM2 holds 8 slots; K = 768: BK 512 would leave a third of K masked -> BK 256, BN 4
@@ -292,6 +295,14 @@ def test_decode_config_rules():
     # short or odd K: the masked tail stays under 1/8 of K
     assert decode_config(2, 1, 64, 40, 2, 4)["BLOCK_K"] == 16
     assert decode_config(2, 1, 64, 2880, 2, 4)["BLOCK_K"] == 1024        # 3072: 6.7% masked
+    # triton >= 3.7: the 16-bit k-slot GEMM2 halves BK, BN kept; GEMM1, 8-bit and fp32 as before
+    fp32 = decode_config(8, 1, 2048, 768, 4, 132)
+    monkeypatch.setattr(dk.triton, "__version__", "3.9.0")
+    assert decode_config(8, 1, 2048, 768, 2, 132) == dict(BLOCK_N=4, BLOCK_K=128, num_warps=8, PREFETCH=True)
+    assert decode_config(8, 1, 7168, 256, 2, 132) == dict(BLOCK_N=4, BLOCK_K=128, num_warps=8, PREFETCH=True)
+    assert decode_config(2, 8, 768, 2048, 2, 132)["BLOCK_K"] == 1024
+    assert decode_config(8, 1, 2048, 768, 1, 132)["BLOCK_K"] == 256
+    assert decode_config(8, 1, 2048, 768, 4, 132) == fp32
 
 
 @pytest.mark.gpu

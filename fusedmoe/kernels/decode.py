@@ -466,6 +466,13 @@ def _decode_gemm2_kernel(
 
 
 # ----------------------------------------------------------------------------------------
+def _triton_at_least(major: int, minor: int) -> bool:
+    try:
+        return tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (major, minor)
+    except ValueError:
+        return True
+
+
 def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: int, num_sms: int = 132,
                   group_k: Optional[int] = None) -> dict:
     """BLOCK_N / BLOCK_K / num_warps / PREFETCH for one decode GEMM.
@@ -487,6 +494,10 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
         BK at most K / 8 (but >= 256): qwen3 GEMM1 BN 8 x BK 256 11.8 us (71%) where one
         2048-wide step took 17.3; 4 warps for GEMM2 (7.6 vs 9.2 us).
     With block scales BK is also a multiple or a divisor of ``group_k``.
+    Under triton >= 3.7 the k-slot GEMM2 of 16-bit weights (rows >= 4) then halves BK, BN
+    kept: measured under 3.9 with A3 (``gemm2_a3``), layer at T=1 / 2, graph us: qwen3
+    29.2 -> 28.8 / 53.8 -> 53.7, deepseek-v3 tp8 34.6 -> 33.7 / 68.5 -> 66.8 (under 3.6 BK 256
+    stays ahead: GEMM2 alone 10.0 vs 10.7 us, 12.4 vs 14.4).
     """
     bk = min(2048 // esize, max(16, next_power_of_2(K)))
     if esize == 1:            # 8-bit rows: keep >= ~8 K steps for the prefetch to overlap
@@ -502,6 +513,8 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     bn = min(32, max(2, next_power_of_2(budget + 1) // 2))
     while bn > 2 and programs_per_tile * cdiv(n_out, bn) < 3 * num_sms:
         bn //= 2
+    if rows >= 4 and esize == 2 and bk >= 32 and _triton_at_least(3, 7):
+        bk //= 2          # the k-slot GEMM2 under triton 3.9 (with A3, gemm2_a3): BN kept, BK halved
     return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows >= 4 and esize == 2 else 4, PREFETCH=True)
 
 
@@ -525,13 +538,6 @@ def gemm2_tiles(tiles: int, num_sms: int, esize: int) -> int:
     while esize == 1 and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
         nt *= 2
     return nt
-
-
-def _triton_at_least(major: int, minor: int) -> bool:
-    try:
-        return tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (major, minor)
-    except ValueError:
-        return True
 
 
 def gemm2_a3(esize: int) -> bool:
