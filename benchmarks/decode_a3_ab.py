@@ -7,7 +7,10 @@ Session 27: under triton 3.9 the [KP, BN, BK] weight tile of the decode GEMM2 ta
 the slice layout every K step (101 registers against 64). With A3 the activation rows are
 loaded as [KP, BN, BK] (each row BN times, from L1) in the weight tile's own layout.
 Per case: GEMM2 alone at T=1 (decode_config's tile and BK halved), A3 off / on, then the
-layer at each T, A3 off / on in alternating rounds (decode_ab.variants_ab)."""
+layer at each T, A3 off / on in alternating rounds (decode_ab.variants_ab).
+--bk: the layer with the 16-bit k-slot GEMM2's BK as decode_config's and halved. --sf: SLOTS_FIRST
+(kernels/decode.py gemm2_slots_first) off / on / on with 3.6's A3 and BK rules. (Both ran on the
+H100 in session 27 as separate loops, since merged into ``layer_rounds``, not run since.)"""
 from __future__ import annotations
 
 import argparse
@@ -35,9 +38,13 @@ def main() -> int:
     ap.add_argument("--kernel", default="none", help="schemes whose GEMM2 is also timed alone")
     ap.add_argument("--bk", action="store_true", help="instead: the layer with decode_config's GEMM2 BK and "
                     "with it halved (16-bit weights), in alternating rounds")
+    ap.add_argument("--sf", action="store_true", help="instead: SLOTS_FIRST off / on / on with triton 3.6's A3 "
+                    "and BK rules, in alternating rounds (session 27's measurement, before SLOTS_FIRST shipped)")
     a = ap.parse_args()
     if a.bk:
         return bk_ab(a)
+    if a.sf:
+        return sf_ab(a)
     bw = hz.measure_ceilings("cuda").copy_gbps
     import triton
     print(f"triton {triton.__version__} copy {bw:.0f} GB/s", flush=True)
@@ -67,22 +74,16 @@ def main() -> int:
     return 0
 
 
-def bk_ab(a) -> int:
-    """The layer (prepare_experts('triton')) at each T with decode_config's GEMM2 tile and with
-    its BK halved (16-bit weights, KP >= 4 rows: the k-slot GEMM2), best of 4 alternating rounds."""
+def layer_rounds(a, variants, rounds: int) -> int:
+    """The layer (prepare_experts('triton')) of each case at each T under each variant, best of
+    ``rounds`` alternating rounds. variants: (name, env dict, decode_config, _triton_at_least):
+    the module's functions for the variant (patched in, caches cleared)."""
     from fusedmoe.kernels import decode as dk
     from fusedmoe.layer import prepare_experts
     bw = hz.measure_ceilings("cuda").copy_gbps
     import triton
     print(f"triton {triton.__version__} copy {bw:.0f} GB/s", flush=True)
-    rule = dk.decode_config
-
-    def halved(rows, programs, n_out, K, esize, num_sms=132, group_k=None):
-        c = rule(rows, programs, n_out, K, esize, num_sms, group_k)
-        if rows >= 4 and esize == 2 and c["BLOCK_K"] >= 32:
-            c = dict(c, BLOCK_K=c["BLOCK_K"] // 2)
-        return c
-
+    real = (dk.decode_config, dk._triton_at_least)
     for case in a.cases.split(","):
         name, tp, scheme = case.split(":")
         cfg = get_preset(name).to_config(tp=int(tp))
@@ -92,22 +93,48 @@ def bk_ab(a) -> int:
             sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=0)
             roof = hz.moe_bytes(T, cfg.hidden_size, sets.experts_hit, per_expert) / (bw * 1e9) * 1e6
             best = {}
-            for _ in range(4):
-                for var, fn in (("bk=rule", rule), ("bk=half", halved)):
-                    dk.decode_config = fn
+            for _ in range(rounds):
+                for var, envs, config_fn, at_least in variants:
+                    os.environ.update(envs)
+                    dk.decode_config, dk._triton_at_least = config_fn or real[0], at_least or real[1]
                     dk._cached_config.cache_clear()
                     pe = prepare_experts(cfg, w, "triton")
                     chk = hz.check_against(pe, hz.make_check_case(cfg, w, T, "cuda"))
                     t = hz.time_impl(pe, sets, graph=True, eager=False)
                     b = best.setdefault(var, [t.us_graph, chk.ok])
                     b[0], b[1] = min(b[0], t.us_graph), b[1] and chk.ok
-            dk.decode_config = rule
+                    for key in envs:
+                        os.environ.pop(key, None)
+            dk.decode_config, dk._triton_at_least = real
             dk._cached_config.cache_clear()
             for var, (us, ok) in best.items():
-                print(f"L {case:28s} T={T} {var} graph {us:7.2f} us {100 * roof / us:5.1f}% ok={ok}", flush=True)
+                print(f"L {case:28s} T={T} {var:12s} graph {us:7.2f} us {100 * roof / us:5.1f}% ok={ok}", flush=True)
         del w
         torch.cuda.empty_cache()
     return 0
+
+
+def bk_ab(a) -> int:
+    """The layer with decode_config's GEMM2 tile and with its BK halved (16-bit weights,
+    KP >= 4 rows: the k-slot GEMM2), best of 4 alternating rounds."""
+    from fusedmoe.kernels import decode as dk
+    rule = dk.decode_config
+
+    def halved(rows, programs, n_out, K, esize, num_sms=132, group_k=None):
+        c = rule(rows, programs, n_out, K, esize, num_sms, group_k)
+        if rows >= 4 and esize == 2 and c["BLOCK_K"] >= 32:
+            c = dict(c, BLOCK_K=c["BLOCK_K"] // 2)
+        return c
+    return layer_rounds(a, (("bk=rule", {}, None, None), ("bk=half", {}, halved, None)), 4)
+
+
+def sf_ab(a) -> int:
+    """SLOTS_FIRST off, on, and on with A3 off and decode_config's BK as under triton 3.6
+    (``_triton_at_least`` patched to False), best of 3 alternating rounds."""
+    return layer_rounds(a, (("sf=0", {"FUSEDMOE_DECODE_SLOTS_FIRST": "0"}, None, None),
+                            ("sf=1", {"FUSEDMOE_DECODE_SLOTS_FIRST": "1"}, None, None),
+                            ("sf=1 rules36", {"FUSEDMOE_DECODE_SLOTS_FIRST": "1", "FUSEDMOE_DECODE_A3": "0"}, None,
+                             lambda major, minor: False)), 3)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ callers read them outside the forward pass (at construction / selection time).
 | FUSEDMOE_DECODE_A3          | 0 / 1: the decode GEMM2 loads its activation rows in the      |
 |                             | weight tile's layout (kernels/decode.py ``A3``; default:      |
 |                             | ``decode.gemm2_a3``'s rule: 16-bit weights, triton >= 3.7)    |
+| FUSEDMOE_DECODE_SLOTS_FIRST | 0 / 1: the decode GEMM2's weight tile hinted into the layout  |
+|                             | triton 3.6 picks (kernels/decode.py ``SLOTS_FIRST``)          |
 | FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
 |                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
 |                             | not programmatic dependent launches of the kernel before      |
@@ -68,7 +70,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_DECODE_A3", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_DECODE_A3", "FUSEDMOE_DECODE_SLOTS_FIRST", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
              "FUSEDMOE_REDUCE")
 
 
@@ -125,14 +127,24 @@ def decode_tiles() -> int | None:
     return _int_var("FUSEDMOE_DECODE_TILES", 1, "an integer >= 1", "4")
 
 
-def decode_a3() -> bool | None:
-    """FUSEDMOE_DECODE_A3 as a bool (None when unset: kernels/decode.py's own rule)."""
-    v = os.environ.get("FUSEDMOE_DECODE_A3", "").strip()
+def _switch(name: str) -> bool | None:
+    """A 0 / 1 variable as a bool, None when unset; a clear error otherwise."""
+    v = os.environ.get(name, "").strip()
     if not v:
         return None
     if v in ("0", "1"):
         return v == "1"
-    raise ConfigError("FUSEDMOE_DECODE_A3", v, "0 or 1", "unset it for the default")
+    raise ConfigError(name, v, "0 or 1", "unset it for the default")
+
+
+def decode_a3() -> bool | None:
+    """FUSEDMOE_DECODE_A3 as a bool (None when unset: kernels/decode.py's own rule)."""
+    return _switch("FUSEDMOE_DECODE_A3")
+
+
+def decode_slots_first() -> bool | None:
+    """FUSEDMOE_DECODE_SLOTS_FIRST as a bool (None when unset: kernels/decode.py's own rule)."""
+    return _switch("FUSEDMOE_DECODE_SLOTS_FIRST")
 
 
 def decode_pdl() -> bool:

@@ -240,11 +240,14 @@ def test_explain_auto_w8a8_decode_per_bucket(monkeypatch):
     assert "GEMM1 BN4xBK1024, GEMM2 BN4xBK256 x4 N tiles a program" in rows["T=1"]
     assert "GEMM2 BN" not in rows["T=16"]
     from fusedmoe.kernels import decode as dk
-    for ver, bk, a3 in (("3.6.0", 256, False), ("3.9.0", 128, True)):    # (decode_config, gemm2_a3)
+    for ver in ("3.6.0", "3.9.0"):      # (gemm2_slots_first; gemm2_a3: k = 8 slots, never)
         monkeypatch.setattr(dk.triton, "__version__", ver)
         bf16 = _variants(cfg, QuantScheme.parse("none"), Platform.resolve("h100"))["T=1"]
-        assert f"GEMM2 BN4xBK{bk}" in bf16 and "N tiles a program" not in bf16
-        assert ("A3" in bf16) == a3 and "A3" not in rows["T=1"]
+        assert "GEMM2 BN4xBK256" in bf16 and "N tiles a program" not in bf16
+        assert "A3" not in bf16 and "A3" not in rows["T=1"]
+        assert ("slots first" in bf16) == (ver == "3.9.0")
+    mix = _variants(get_preset("mixtral-8x7b").to_config(), QuantScheme.parse("none"), Platform.resolve("h100"))["T=1"]
+    assert "A3" in mix and "slots first" in mix            # (3.9 still patched: k = 2 slots)
 
 
 @pytest.mark.parametrize("quant,mode,want", [

@@ -136,17 +136,22 @@ def test_decode_gemm2_tiles_bitwise(case, tiles, bn, bk):
         if bk == 64 and block:                                 # BK must divide the group or be a multiple
             bk = 32
     for t in (T, 1):                                           # fp32 out: exact against the reference
-        one, many = (torch.full((t, H_ODD), float("nan"), device=DEV) for _ in range(2))
-        decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], one, config=dict(BLOCK_N=bn, BLOCK_K=bk, A3=False), **kw)
-        # A3: h's rows loaded BN times in the weight tile's layout: the same products and sums
-        for a3 in (False, True):
-            many.fill_(float("nan"))
-            decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], many, config=dict(BLOCK_N=bn, BLOCK_K=bk, TILES=tiles, A3=a3),
-                         **kw)
-            assert torch.equal(one, many), (t, a3, (one - many).abs().max())
+        ones = {}
+        # A3: h's rows loaded BN times in the weight tile's layout: bitwise the same. SLOTS_FIRST:
+        # the weight tile's layout hinted (kernels/decode.py gemm2_slots_first): on a GPU another
+        # layout may sum in another order, so only close across it
+        for a3, sf in ((False, False), (True, False), (False, True), (True, True)):
+            one, many = (torch.full((t, H_ODD), float("nan"), device=DEV) for _ in range(2))
+            decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], one, config=dict(BLOCK_N=bn, BLOCK_K=bk, A3=False,
+                                                                          SLOTS_FIRST=sf), **kw)
+            decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], many,
+                         config=dict(BLOCK_N=bn, BLOCK_K=bk, TILES=tiles, A3=a3, SLOTS_FIRST=sf), **kw)
+            assert torch.equal(one, many), (t, a3, sf, (one - many).abs().max())
             assert (many[0] == 0).all()
             if t == T:
                 assert _rel(many, ref) < 1e-5 and many[1:].abs().amin(dim=1).gt(0).any()
+            ones[sf] = one
+        assert _rel(ones[False], ones[True]) < 1e-6
 
 
 def test_decode_no_tokens_and_one_expert_for_all():
@@ -249,26 +254,40 @@ def test_gemm2_a3_rule(monkeypatch, request):
     from fusedmoe.kernels import decode as dk
     request.addfinalizer(dk._cached_config.cache_clear)       # (configs made under a patched version)
     monkeypatch.delenv("FUSEDMOE_DECODE_A3", raising=False)
-    assert not dk.gemm2_a3(1)                                  # 8-bit weights: never (measured even or slower)
+    assert not dk.gemm2_a3(1, 2)                               # 8-bit weights: never (measured even or slower)
     monkeypatch.setattr(dk.triton, "__version__", "3.6.0")
-    assert not dk.gemm2_a3(2)                                  # 3.6 lays the tile out with warps over the slots
+    assert not dk.gemm2_a3(2, 2)                               # 3.6 lays the tile out with warps over the slots
     for v in ("3.9.0", "3.10.0+git1234"):
         monkeypatch.setattr(dk.triton, "__version__", v)
-        assert dk.gemm2_a3(2) and dk.gemm2_a3(4)
+        assert dk.gemm2_a3(2, 2) and dk.gemm2_a3(4, 1) and not dk.gemm2_a3(2, 4) and not dk.gemm2_a3(2, 8)
     monkeypatch.setenv("FUSEDMOE_DECODE_A3", "0")
-    assert not dk.gemm2_a3(2)
+    assert not dk.gemm2_a3(2, 2)
     monkeypatch.setenv("FUSEDMOE_DECODE_A3", "1")
-    assert dk.gemm2_a3(1)
+    assert dk.gemm2_a3(1, 8)
     monkeypatch.setenv("FUSEDMOE_DECODE_A3", "yes")
     with pytest.raises(Exception, match="FUSEDMOE_DECODE_A3"):
-        dk.gemm2_a3(2)
+        dk.gemm2_a3(2, 2)
+    # SLOTS_FIRST: on under triton >= 3.7 (every weight width), off under 3.6; the variable overrides
+    monkeypatch.delenv("FUSEDMOE_DECODE_SLOTS_FIRST", raising=False)
+    assert dk.gemm2_slots_first()                              # (3.10 patched above)
+    monkeypatch.setattr(dk.triton, "__version__", "3.6.0")
+    assert not dk.gemm2_slots_first()
+    monkeypatch.setenv("FUSEDMOE_DECODE_SLOTS_FIRST", "1")
+    assert dk.gemm2_slots_first()
+    monkeypatch.setenv("FUSEDMOE_DECODE_SLOTS_FIRST", "2")
+    with pytest.raises(Exception, match="FUSEDMOE_DECODE_SLOTS_FIRST"):
+        dk.gemm2_slots_first()
+    monkeypatch.delenv("FUSEDMOE_DECODE_SLOTS_FIRST")
+    monkeypatch.setattr(dk.triton, "__version__", "3.10.0")
     # the launch: an explicit config's key, else the rule (decode_config's tile or not); never with
     # the in-kernel quantization of h (QA)
     monkeypatch.delenv("FUSEDMOE_DECODE_A3", raising=False)
     h, w2 = torch.empty(4, 32, dtype=torch.bfloat16), torch.empty(E, 24, 32, dtype=torch.bfloat16)
     ids, tw, out = torch.zeros(2, 2, dtype=torch.int32), torch.empty(2, 2), torch.empty(2, 24, dtype=torch.bfloat16)
     spec = dk.gemm2_launch(h, w2, ids, tw, out)
-    assert spec[3]["A3"] == spec[3]["BLOCK_N"]                  # 3.10 (patched above), 16-bit
+    assert spec[3]["A3"] == spec[3]["BLOCK_N"] and spec[3]["SLOTS_FIRST"]   # 3.10 (patched above), 16-bit
+    assert not dk.gemm2_launch(h, w2, ids, tw, out, config=dict(BLOCK_N=8, BLOCK_K=16, SLOTS_FIRST=False))[3][
+        "SLOTS_FIRST"]
     assert dk.gemm2_launch(h, w2, ids, tw, out, config=dict(BLOCK_N=8, BLOCK_K=16))[3]["A3"] == 8
     assert dk.gemm2_launch(h, w2, ids, tw, out, config=dict(BLOCK_N=8, BLOCK_K=16, A3=False))[3]["A3"] == 0
     assert dk.gemm2_launch(h, w2, ids, tw, out, config=dict(BLOCK_N=8, BLOCK_K=16, A3=True))[3]["A3"] == 8
@@ -295,14 +314,10 @@ def test_decode_config_rules(monkeypatch):
     # short or odd K: the masked tail stays under 1/8 of K
     assert decode_config(2, 1, 64, 40, 2, 4)["BLOCK_K"] == 16
     assert decode_config(2, 1, 64, 2880, 2, 4)["BLOCK_K"] == 1024        # 3072: 6.7% masked
-    # triton >= 3.7: the 16-bit k-slot GEMM2 halves BK, BN kept; GEMM1, 8-bit and fp32 as before
-    fp32 = decode_config(8, 1, 2048, 768, 4, 132)
+    # the same tiles under triton 3.9 (its GEMM2 tile hinted into 3.6's layout: gemm2_slots_first)
+    same = [decode_config(8, 1, 2048, 768, e, 132) for e in (1, 2, 4)] + [decode_config(2, 8, 768, 2048, 2, 132)]
     monkeypatch.setattr(dk.triton, "__version__", "3.9.0")
-    assert decode_config(8, 1, 2048, 768, 2, 132) == dict(BLOCK_N=4, BLOCK_K=128, num_warps=8, PREFETCH=True)
-    assert decode_config(8, 1, 7168, 256, 2, 132) == dict(BLOCK_N=4, BLOCK_K=128, num_warps=8, PREFETCH=True)
-    assert decode_config(2, 8, 768, 2048, 2, 132)["BLOCK_K"] == 1024
-    assert decode_config(8, 1, 2048, 768, 1, 132)["BLOCK_K"] == 256
-    assert decode_config(8, 1, 2048, 768, 4, 132) == fp32
+    assert [decode_config(8, 1, 2048, 768, e, 132) for e in (1, 2, 4)] + [decode_config(2, 8, 768, 2048, 2, 132)] == same
 
 
 @pytest.mark.gpu
@@ -328,8 +343,10 @@ def test_gpu_decode_real_sizes(shape, T):
     from fusedmoe.kernels.launcher import next_power_of_2
     h = decode_gemm1(x, w13, ids, "silu")
     c2 = dict(_cached_config(next_power_of_2(k), T, H_, I_, 2, torch.cuda.get_device_properties(0).multi_processor_count))
-    for a3 in (False, True):
-        assert torch.equal(decode_gemm2(h, w2, ids, tw, config=dict(c2, A3=a3)), out), a3
+    for sf in (False, True):      # (bitwise across A3; across the layouts of SLOTS_FIRST, close)
+        plain = decode_gemm2(h, w2, ids, tw, config=dict(c2, A3=False, SLOTS_FIRST=sf))
+        assert torch.equal(decode_gemm2(h, w2, ids, tw, config=dict(c2, A3=True, SLOTS_FIRST=sf)), plain), sf
+        assert _rel(plain, out) < 1e-2, sf
 
 
 @pytest.mark.gpu
@@ -354,6 +371,12 @@ def test_gpu_gemm2_tiles_real_size(T, monkeypatch):
     cfg = dict(_cached_config_of(spec), TILES=1)
     one = decode_gemm2(h, w2, ids, tw, config=cfg, **q)
     assert torch.equal(got, one)
+    for sf in (False, True):      # the weight tile's layout hinted or not (gemm2_slots_first): TILES
+        # bitwise as one tile a program within a layout, close across them
+        one_sf = decode_gemm2(h, w2, ids, tw, config=dict(cfg, SLOTS_FIRST=sf), **q)
+        assert torch.equal(decode_gemm2(h, w2, ids, tw, config=dict(cfg, SLOTS_FIRST=sf, TILES=spec[3]["NT"]), **q),
+                           one_sf), sf
+        assert _rel(one_sf, one) < 1e-2, sf
     if torch.cuda.get_device_capability()[0] >= 9:
         assert torch.equal(decode_gemm2(h, w2, ids, tw, pdl=True, **q), one)
     ref = gemm2_ref(h.float(), w2, ids, tw, quant="block", b_scale=b2, block=(128, 128))

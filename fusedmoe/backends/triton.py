@@ -668,7 +668,7 @@ def _extras(c: dict) -> str:
 
 
 def _decode_tiles(config, quant, platform, T) -> str:
-    """'; GEMM1 BNxBK, GEMM2 BNxBK[ xN tiles a program][ (... A3)]': the CUDA-core decode kernels' tiles
+    """'; GEMM1 BNxBK, GEMM2 BNxBK[ xN tiles a program][ (... A3)][ (slots first)]': the CUDA-core decode kernels' tiles
     at T tokens (kernels/decode.py decode_config, gemm2_tiles), as a launch would pick them."""
     from ..kernels import decode as dk
     from ..kernels.launcher import cdiv, next_power_of_2
@@ -681,7 +681,8 @@ def _decode_tiles(config, quant, platform, T) -> str:
     nt = dk.gemm2_tiles(T * cdiv(H, c2["BLOCK_N"]), nsm, esize)
     return (f"; GEMM1 BN{c1['BLOCK_N']}xBK{c1['BLOCK_K']}, GEMM2 BN{c2['BLOCK_N']}xBK{c2['BLOCK_K']}"
             + (f" x{nt} N tiles a program" if nt > 1 else "")
-            + (" (h rows in the weight tile's layout, A3)" if dk.gemm2_a3(esize) else ""))
+            + (" (h rows in the weight tile's layout, A3)" if dk.gemm2_a3(esize, next_power_of_2(k)) else "")
+            + (" (slots first)" if dk.gemm2_slots_first() else ""))
 
 
 def _variants(config, quant, platform):

@@ -78,16 +78,22 @@ def _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K: tl.constexpr, A3: tl.constexp
 
 
 @triton.jit
-def _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr):
-    """w [R, BN, BK] of the weight rows at K offset k0, masked as ``_load_a``."""
+def _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr, SF: tl.constexpr = 0):
+    """w [R, BN, BK] of the weight rows at K offset k0, masked as ``_load_a``. SF (slots first):
+    R gets the threads and warps K leaves before BN does, the layout triton 3.6 picks by itself
+    (see ``gemm2_slots_first``). The hint claims 2-element runs along R: it only orders the
+    dimensions, as K (BK-element runs) stays the one that loads are vectorized along."""
     kk = k0 + tl.arange(0, BLOCK_K)
-    return tl.load(w_rows[:, :, None] + kk[None, None, :] * stride_wk,
-                   mask=(kk[None, :] < k_lim[:, None])[:, None, :], other=0.0)
+    ptrs = w_rows[:, :, None] + kk[None, None, :] * stride_wk
+    if SF:
+        ptrs = tl.max_contiguous(ptrs, [2, 1, BLOCK_K])
+    return tl.load(ptrs, mask=(kk[None, :] < k_lim[:, None])[:, None, :], other=0.0)
 
 
 @triton.jit
-def _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr, A3: tl.constexpr = 0):
-    return _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K, A3), _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K)
+def _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr, A3: tl.constexpr = 0,
+                SF: tl.constexpr = 0):
+    return _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K, A3), _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K, SF)
 
 
 @triton.jit
@@ -186,7 +192,7 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
               QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
               BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, A3: tl.constexpr = 0):
+              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, A3: tl.constexpr = 0, SF: tl.constexpr = 0):
     """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
     each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
     or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
@@ -212,20 +218,20 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
         acc = tl.zeros((R, BLOCK_N), dtype=tl.float32)
     if PREFETCH:
         if WAIT:
-            w_nx = _load_w(w_rows, stride_wk, 0, k_lim, BLOCK_K)
+            w_nx = _load_w(w_rows, stride_wk, 0, k_lim, BLOCK_K, SF)
             _wait(WAIT)
             a_nx = _load_a(a_rows, stride_ak, 0, k_lim, BLOCK_K, A3)
         else:
-            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, 0, k_lim, BLOCK_K, A3)
+            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, 0, k_lim, BLOCK_K, A3, SF)
         for k0 in range(0, K, BLOCK_K):
             a, w = a_nx, w_nx
-            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + BLOCK_K, k_lim, BLOCK_K, A3)
+            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + BLOCK_K, k_lim, BLOCK_K, A3, SF)
             acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
                               A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K,
                               A3)
     else:
         for k0 in range(0, K, BLOCK_K):
-            a, w = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K, A3)
+            a, w = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K, A3, SF)
             acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
                               A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K,
                               A3)
@@ -328,7 +334,8 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                 MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                 GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                 QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, A3: tl.constexpr):
+                BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, A3: tl.constexpr,
+                SF: tl.constexpr):
     """GEMM2 for token t (int64), N tile pid_n: all k slots at once as R = KP (k rounded up
     to a power of two) weight row groups, then a fixed-order sum over the slots. WAIT: the
     first weight tile is read before h is waited for (``_rows_dot``)."""
@@ -342,7 +349,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                             stride_wk, K, K * keep.to(tl.int32), as_rows, stride_ask,
                             bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
                             A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, A3)
+                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, A3, SF)
     _gemm2_out(acc, sa_tok, s, keep, e, as_rows, bs_e, bias_ptr, topk_w_ptr, out_ptr + t * stride_om, offs_n, n_ok,
                wrows, stride_bias_e, stride_bsn, stride_bias_n, stride_on, A_SCALE, B_SCALE, HAS_BIAS, QA, MUL_W)
 
@@ -356,7 +363,7 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
                  MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                  GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                  QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, NT: tl.constexpr, WAIT: tl.constexpr, A3: tl.constexpr):
+                 BLOCK_K: tl.constexpr, NT: tl.constexpr, WAIT: tl.constexpr, A3: tl.constexpr, SF: tl.constexpr):
     """GEMM2 for token t, N tiles pid * NT ... pid * NT + NT - 1 (``_gemm2_item``'s math per
     tile, the same fixed-order sum over the slots). The tiles' K steps are one stream of
     weight loads: the next step's tile (of this N tile or the next) is in flight while a step
@@ -375,7 +382,7 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
     tiles = tl.minimum(NT, tl.cdiv(N_OUT - n_first, BLOCK_N))     # the last program may hold fewer
     offs = n_first + tl.arange(0, BLOCK_N)
     w_nx = _load_w(w_e + (no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]) * stride_wn, stride_wk, 0, k_lim,
-                   BLOCK_K)
+                   BLOCK_K, SF)
     _wait(WAIT)
     if QA == 1:
         sa_tok = _row_scales(h_rows, stride_hk, K, k_lim, QMAX, KP, BLOCK_K)
@@ -392,7 +399,7 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
         tile1 = (i + 1) // ks                         # the next step: this tile's, or the next tile's first
         offs1 = n_first + tile1 * BLOCK_N + tl.arange(0, BLOCK_N)
         w_nx = _load_w(w_e + (no_rows + tl.where(offs1 < N_OUT, offs1, 0)[None, :]) * stride_wn, stride_wk,
-                       (i + 1 - tile1 * ks) * BLOCK_K, k_lim * (tile1 < tiles).to(tl.int32), BLOCK_K)
+                       (i + 1 - tile1 * ks) * BLOCK_K, k_lim * (tile1 < tiles).to(tl.int32), BLOCK_K, SF)
         a = _load_a(h_rows, stride_hk, k0, k_lim, BLOCK_K, A3)
         offs = n_first + tile * BLOCK_N + tl.arange(0, BLOCK_N)
         wrows = no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]
@@ -444,7 +451,7 @@ def _decode_gemm2_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, NT: tl.constexpr = 1, A3: tl.constexpr = 0,
+    PDL: tl.constexpr = False, NT: tl.constexpr = 1, A3: tl.constexpr = 0, SLOTS_FIRST: tl.constexpr = 0,
 ):
     """Grid (N tiles / NT, tokens). PDL: launched as a programmatic dependent of the kernel that
     wrote h; reads ids and the first weight tile, then waits for that kernel. NT > 1: NT
@@ -455,14 +462,14 @@ def _decode_gemm2_kernel(
                      stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                      stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                      TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE,
-                     QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, NT, 1 if PDL else 0, A3)
+                     QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, NT, 1 if PDL else 0, A3, SLOTS_FIRST)
     else:  # (no early return: triton 3.6 rejects one followed by code of another shape)
         _gemm2_item(tl.program_id(0), tl.program_id(1).to(tl.int64), h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr,
                     b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
                     stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                     TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE, QMAX,
-                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, A3)
+                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, A3, SLOTS_FIRST)
 
 
 # ----------------------------------------------------------------------------------------
@@ -494,10 +501,8 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
         BK at most K / 8 (but >= 256): qwen3 GEMM1 BN 8 x BK 256 11.8 us (71%) where one
         2048-wide step took 17.3; 4 warps for GEMM2 (7.6 vs 9.2 us).
     With block scales BK is also a multiple or a divisor of ``group_k``.
-    Under triton >= 3.7 the k-slot GEMM2 of 16-bit weights (rows >= 4) then halves BK, BN
-    kept: measured under 3.9 with A3 (``gemm2_a3``), layer at T=1 / 2, graph us: qwen3
-    29.2 -> 28.8 / 53.8 -> 53.7, deepseek-v3 tp8 34.6 -> 33.7 / 68.5 -> 66.8 (under 3.6 BK 256
-    stays ahead: GEMM2 alone 10.0 vs 10.7 us, 12.4 vs 14.4).
+    The same rule holds under triton 3.9 once the GEMM2 tile has 3.6's layout
+    (``gemm2_slots_first``); without it, BK halved had been 1-3% faster there.
     """
     bk = min(2048 // esize, max(16, next_power_of_2(K)))
     if esize == 1:            # 8-bit rows: keep >= ~8 K steps for the prefetch to overlap
@@ -513,8 +518,6 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     bn = min(32, max(2, next_power_of_2(budget + 1) // 2))
     while bn > 2 and programs_per_tile * cdiv(n_out, bn) < 3 * num_sms:
         bn //= 2
-    if rows >= 4 and esize == 2 and bk >= 32 and _triton_at_least(3, 7):
-        bk //= 2          # the k-slot GEMM2 under triton 3.9 (with A3, gemm2_a3): BN kept, BK halved
     return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows >= 4 and esize == 2 else 4, PREFETCH=True)
 
 
@@ -540,25 +543,40 @@ def gemm2_tiles(tiles: int, num_sms: int, esize: int) -> int:
     return nt
 
 
-def gemm2_a3(esize: int) -> bool:
+def gemm2_a3(esize: int, slots: int) -> bool:
     """Whether the decode GEMM2 loads its activation rows as [KP, BN, BK] in the weight tile's
     own layout (``A3``, see ``_rows_dot``): the launch config's ``A3`` key where it has one,
-    else FUSEDMOE_DECODE_A3, else this rule (never with QA, the in-kernel quantization of h). Why, from the H100 (T=1,
+    else FUSEDMOE_DECODE_A3, else this rule (never with QA, the in-kernel quantization of h).
+    ``slots``: KP, the GEMM2's slot rows. From the H100 (T=1, layer graph us,
     benchmarks/decode_a3_ab.py, docs/BENCHMARKS.md twenty-seventh section):
-      * triton 3.9 gives the [KP, BN, BK] weight tile warps [2, 4, 1] where 3.6 gives
-        [8, 1, 1] (the coalescing order breaks the tie between KP and BN the other way), so
-        the [KP, BK] activation tile goes through shared memory into the slice layout every
-        K step: 101 registers against 64, GEMM2 alone 16.0 us against 12.4 (deepseek-v3 tp8
-        bf16), Mixtral's 98.9 against 79.0;
-      * loaded as [KP, BN, BK] (each row BN times, out of L1) it needs no conversion: under
-        3.9 the bf16 layer at T=1 goes 37.7 -> 34.6 us (deepseek-v3 tp8), 238.1 -> 230.4
-        (Mixtral), 29.7 -> 29.4 (qwen3); under 3.6 it is even (+-1%);
-      * 8-bit weights: even or slower under both (qwen3 fp8_channel T=1 3.6: 18.4 -> 20.8).
-    So: 16-bit weights under triton >= 3.7."""
+      * triton 3.9 without ``gemm2_slots_first``: the [KP, BK] activation tile went through
+        shared memory into the weight tile's slice layout every K step; A3 took that away
+        (deepseek-v3 tp8 bf16 37.7 -> 34.6, Mixtral 238.1 -> 230.4);
+      * with the slots-first hint (3.6's layout, 3.9's default since): A3 is slower at KP = 8
+        (qwen3 27.2 -> 30.0, deepseek 33.3 -> 38.1) and still faster at Mixtral's KP = 2
+        (238.7 -> 230.5); under 3.6 it is even at 16-bit (+-1%) and slower at 8-bit.
+    So: 16-bit weights, at most 2 slots, triton >= 3.7."""
     v = env.decode_a3()
     if v is not None:
         return v
-    return esize >= 2 and _triton_at_least(3, 7)
+    return esize >= 2 and slots <= 2 and _triton_at_least(3, 7)
+
+
+def gemm2_slots_first() -> bool:
+    """Whether the decode GEMM2 hints its [KP, BN, BK] weight tile into the layout triton 3.6
+    picks by itself (``SLOTS_FIRST``, ``_load_w``): the launch config's key where it has one,
+    else FUSEDMOE_DECODE_SLOTS_FIRST, else on under triton >= 3.7. Why (H100, T=1, layer graph
+    us, benchmarks/decode_a3_ab.py --sf, docs/BENCHMARKS.md twenty-seventh section): triton 3.9
+    gives that tile warps [2, 4, 1] / [2, 2, 1] where 3.6 gives [8, 1, 1] / [4, 1, 1], so each
+    thread holds four slots' activations (8-bit GEMM2: 151-168 registers against 127-128, a
+    program fewer an SM). Hinted, 3.9 compiles 3.6's layout and registers:
+      * deepseek-v3 tp8 fp8_block 26.3 -> 22.6 (3.6: 22.5), qwen3 fp8_channel 20.8 -> 18.2
+        (18.4), int8_channel 19.1 -> 18.4 (19.4);
+      * 16-bit with 3.6's BK: qwen3 28.9 -> 27.2 (27.4), deepseek 33.7 -> 33.4 (33.1)."""
+    v = env.decode_slots_first()
+    if v is not None:
+        return v
+    return _triton_at_least(3, 7)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -735,13 +753,15 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
     nt = (int(config.get("TILES", 1)) if explicit
           else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device), w2.element_size()))
     a3 = config.get("A3") if explicit else None
-    a3 = config["BLOCK_N"] if (gemm2_a3(w2.element_size()) if a3 is None else a3) and not consts["QA"] else 0
+    a3 = config["BLOCK_N"] if (gemm2_a3(w2.element_size(), kp) if a3 is None else a3) and not consts["QA"] else 0
+    sf = config.get("SLOTS_FIRST") if explicit else None
+    sf = bool(gemm2_slots_first() if sf is None else sf)
     return (_decode_gemm2_kernel, (cdiv(cdiv(H, config["BLOCK_N"]), nt), T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
-    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, NT=nt, A3=a3, **consts), config.get("num_warps", 4),
-        None, pdl)
+    ), dict(TOP_K=k, KP=kp, MUL_W=mul_routed_weight, PDL=pdl, NT=nt, A3=a3, SLOTS_FIRST=sf, **consts),
+        config.get("num_warps", 4), None, pdl)
 
 
 def decode_forward(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
