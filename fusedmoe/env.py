@@ -24,9 +24,11 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | ``TILES``; default: ``decode.gemm2_tiles``'s rule), for A/Bs  |
 | FUSEDMOE_DECODE_A3          | 0 / 1: the decode GEMM2 loads its activation rows in the      |
 |                             | weight tile's layout (kernels/decode.py ``A3``; default:      |
-|                             | ``decode.gemm2_a3``'s rule: 16-bit weights, triton >= 3.7)    |
+|                             | ``decode.gemm2_a3``: 16-bit weights, at most 2 slots, triton  |
+|                             | >= 3.7), for A/Bs                                             |
 | FUSEDMOE_DECODE_SLOTS_FIRST | 0 / 1: the decode GEMM2's weight tile hinted into the layout  |
-|                             | triton 3.6 picks (kernels/decode.py ``SLOTS_FIRST``)          |
+|                             | triton 3.6 picks (kernels/decode.py ``SLOTS_FIRST``; default: |
+|                             | ``decode.gemm2_slots_first``: triton >= 3.7), for A/Bs        |
 | FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
 |                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
 |                             | not programmatic dependent launches of the kernel before      |
