@@ -83,13 +83,14 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
     return triton.compile(ASTSource(kernel, sig, consts, attrs), target=target, options=opts)
 
 
-def _fake_align(E: int, T: int, k: int):
-    """An AlignResult of the right sizes (block_m 128) for compiling, never launched."""
+def _fake_align(E: int, T: int, k: int, block_m: int = 128):
+    """An AlignResult of the right sizes for compiling, never launched."""
     from fusedmoe.kernels.align import AlignResult
     n = T * k
-    return AlignResult(torch.zeros(n + E * 128, dtype=torch.int32), torch.zeros((n + E * 128) // 128, dtype=torch.int32),
+    return AlignResult(torch.zeros(n + E * block_m, dtype=torch.int32),
+                       torch.zeros((n + E * block_m) // block_m, dtype=torch.int32),
                        torch.zeros(1, dtype=torch.int32), topk_ids=torch.zeros(T, k, dtype=torch.int32),
-                       num_experts=E, block_m=128, num_pairs=n)
+                       num_experts=E, block_m=block_m, num_pairs=n)
 
 
 def _capture(gg):
@@ -254,6 +255,22 @@ def grouped_cases() -> list:
             gg.gemm2(torch.empty(n, Id, dtype=dt), torch.empty(Ed, Hd, Id, dtype=dt), align, torch.empty(T, k),
                      torch.empty(T, Hd, dtype=bf), config=cfg, reduce="atomic_out", **q)
             out.append((f"atomic_out gemm2 {name}" + (" resident" if cfg.get("A_RESIDENT") else ""), captured[0]))
+        # the A-resident GEMM2 at 256 rows (an alignment of 256): half the weight passes of 128 rows
+        align256 = _fake_align(Ed, T, k, 256)
+        for name, dt, q, bm, bn, nt, w, st in (
+                ("bf16", bf, {}, 256, 64, 16, 8, 2), ("bf16", bf, {}, 256, 64, 16, 8, 3),
+                ("bf16", bf, {}, 256, 64, 16, 16, 2), ("bf16", bf, {}, 256, 128, 8, 8, 2),
+                ("fp8 block", fp8, dict(quant="block", block_shape=(128, 128), a_scale=torch.empty(n, Id // 128),
+                                        b_scale=torch.empty(Ed, Hd // 128, Id // 128)), 256, 64, 16, 8, 3),
+                ("fp8 block", fp8, dict(quant="block", block_shape=(128, 128), a_scale=torch.empty(n, Id // 128),
+                                        b_scale=torch.empty(Ed, Hd // 128, Id // 128)), 256, 128, 8, 8, 3)):
+            captured.clear()
+            gg.gemm2(torch.empty(n, Id, dtype=dt), torch.empty(Ed, Hd, Id, dtype=dt), align256, torch.empty(T, k),
+                     torch.empty(T, Hd, dtype=bf), config=dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=64,
+                                                               num_warps=w, num_stages=st, A_RESIDENT=nt, USE_TMA=True,
+                                                               BAND_MAJOR=True),
+                     reduce="atomic_out", **q)
+            out.append((f"resident256 gemm2 {name} {bm}x{bn} x{nt} w{w} s{st}", captured[0]))
     finally:
         gg.launch = real
     return out
@@ -551,6 +568,12 @@ def main() -> int:
         try:
             ck = compile_spec(spec)
             ptx = ck.asm["ptx"]
+            if os.environ.get("COMPILE_CHECK_DUMP"):   # write the case's PTX and ttgir into that folder
+                os.makedirs(os.environ["COMPILE_CHECK_DUMP"], exist_ok=True)
+                stem = os.path.join(os.environ["COMPILE_CHECK_DUMP"], re.sub(r"[^A-Za-z0-9_.-]+", "_", label))
+                for ext in ("ptx", "ttgir"):
+                    with open(f"{stem}.{ext}", "w") as f:
+                        f.write(ck.asm[ext])
             mma = "wgmma " + ",".join(sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))) \
                 if "wgmma" in ptx else ("mma" if "mma.sync" in ptx else "")
             print(f"ok   {label:36s} {time.perf_counter() - t0:5.1f} s  shared {ck.metadata.shared} B {mma}"

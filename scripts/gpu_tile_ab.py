@@ -826,6 +826,19 @@ ROUNDS["s26t39"] = [   # session 26 (H100, under triton 3.9: T39=1): the sorted 
                                                             ("gemm2", dict(SORTED_H=False))])]),
     ("mixtral-8x7b", 1, 16384, "E=8,N=14336,", [("unsorted", "gemm2", dict(SORTED_H=False))]),
 ]
+_B = dict(BAND_MAJOR=True)
+ROUNDS["s28bm256"] = [   # session 28: the A-resident GEMM2 at 256 rows. Each program reads its expert's whole w2
+    # band once per m-block, so at 128 rows deepseek tp8 T=16384 moves ~4.2 GB of weights from L2 (H100: GEMM2 1203 us
+    # with its atomic adds masked off, 901 us for the adds alone, 1684 us both); 256 rows halve that traffic
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 256x64 x16 w8 s2", "gemm2", dict(_res(256, 64, 16, 8, 2), **_B)),
+                                               ("g2 256x64 x16 w16 s2", "gemm2", dict(_res(256, 64, 16, 16, 2), **_B))]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 256x64 x16 w8 s3", "gemm2", dict(_res(256, 64, 16, 8, 3), **_B)),
+                                               ("g2 256x64 x16 w8 s2", "gemm2", dict(_res(256, 64, 16, 8, 2), **_B))],
+     "fp8_block"),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g2 256x64 x16 w8 s2", "gemm2", dict(_res(256, 64, 16, 8, 2), **_B))]),
+    ("deepseek-v3", 8, 4096, "E=256,N=256,", [("g2 256x64 x16 w8 s3", "gemm2", dict(_res(256, 64, 16, 8, 3), **_B))],
+     "fp8_block"),
+]
 
 names = sys.argv[1:] or [list(ROUNDS)[-1]]
 CASES = [c for n in names for c in ROUNDS[n]]
