@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 28 (H100): what bounds deepseek-v3 tp8's A-resident GEMM2 (an uncommitted DIAG_G2 switch in
+# Session 28 (H100): what bounds deepseek-v3 tp8's A-resident GEMM2 (the DIAG_G2 switch of scripts/s28_diag_g2.patch, applied uncommitted: `git apply`, in
 # _moe_gemm2_resident_kernel: 0 shipped, 1 plain stores instead of atomic adds, 2 atomics masked off at
 # run time, 3 no MMA: the atomic adds alone), then the decode tests under triton 3.9 (carry .whl).
 set -uo pipefail

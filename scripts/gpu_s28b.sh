@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 28 (H100): the A-resident GEMM2 with A held in registers (wgmma's A from registers; uncommitted
+# Session 28 (H100): the A-resident GEMM2 with A held in registers (wgmma.s A from registers; scripts/s28_diag_g2.patch applied,
 # DIAG_G2 >= 10) against the shipped form (A in shared memory), deepseek-v3 tp8 bf16 / fp8_block:
 # per-kernel times, then the layer (fusedmoe bench, checked against the reference) in alternating runs.
 set -uo pipefail
