@@ -15,7 +15,10 @@ CUDA cores while they execute, and only then is tile j waited for.
 
 Program = (m-block of BM rows of one expert, band g of N_TILES column tiles of BN), bands major (as
 BAND_MAJOR). A: the block's BM rows of h gathered by slot into shared memory once (KC = 64 column
-chunks). B: w2 [E * H, I] by TMA, [BN, 64] boxes, STAGES tiles in flight. 16-bit, no bias, no scales.
+chunks; evict_first, as the library's kernel, unless h_evict=False). B: w2 [E * H, I] by TMA, [BN, 64]
+boxes, STAGES tiles in flight (w_hint=True: the TMA loads evict_first, triton 3.9 only: run it with
+`source scripts/t39_env.sh` and `.whl` carried, `scripts/gpu_s28f.sh`). 16-bit, no bias, no scales.
+H100 results: docs/BENCHMARKS.md, twenty-eighth section (the overlap is worth 0.5%).
 """
 from __future__ import annotations
 
@@ -39,7 +42,20 @@ except ImportError:  # pragma: no cover
 
 _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 _cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier   # 3.9 / 3.6 names
+try:   # TMA loads with an L2 eviction policy: triton 3.9's Gluon (3.6's async copy takes none)
+    from triton.experimental.gluon.language.nvidia.ampere import CachePolicy, FractionalEvictionPolicy
+    _W_EVICT_FIRST = gl.constexpr(CachePolicy(l2=FractionalEvictionPolicy("evict_first", 1.0)))
+except ImportError:  # pragma: no cover
+    _W_EVICT_FIRST = None
 KC = 64
+
+
+@gluon.jit
+def _load_w(b_desc, coord0, coord1, bar, dst, pred, W_HINT: gl.constexpr):
+    if W_HINT:
+        _tma_load(b_desc, [coord0, coord1], bar, dst, pred=pred, cache_policy=_W_EVICT_FIRST)
+    else:
+        _tma_load(b_desc, [coord0, coord1], bar, dst, pred=pred)
 
 
 @gluon.jit
@@ -56,7 +72,7 @@ def _g2_kernel(h_ptr, b_desc, c_ptr, topk_w_ptr, sorted_ids_ptr, expert_ids_ptr,
                N_OUT, num_pairs, num_m_blocks, stride_hm, stride_cm, stride_cn,
                TOP_K: gl.constexpr, ALIGN_BM: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                NKC: gl.constexpr, N_TILES: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-               num_warps: gl.constexpr):
+               H_EVICT: gl.constexpr, W_HINT: gl.constexpr, num_warps: gl.constexpr):
     KCc: gl.constexpr = 64
     pid = gl.program_id(0)
     g = pid // num_m_blocks
@@ -81,14 +97,18 @@ def _g2_kernel(h_ptr, b_desc, c_ptr, topk_w_ptr, sorted_ids_ptr, expert_ids_ptr,
     for i in gl.static_range(STAGES):          # the first STAGES weight tiles in flight
         mbarrier.expect(bars.index(i), nbytes, pred=i < N_TILES)
         for c in gl.static_range(NKC):
-            _tma_load(b_desc, [row0 + i * BN, c * KCc], bars.index(i), b_s.index(i * NKC + c), pred=i < N_TILES)
+            _load_w(b_desc, row0 + i * BN, c * KCc, bars.index(i), b_s.index(i * NKC + c), i < N_TILES, W_HINT)
     # the block's rows of h, gathered by slot into shared memory (padding rows read row 0, never stored)
     offs_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, ld_l))
     slots = gl.load(sorted_ids_ptr + offs_m)
     rows = gl.where(slots < num_pairs, slots, 0).to(gl.int64)
     for c in gl.static_range(NKC):
         offs_k = c * KCc + gl.arange(0, KCc, layout=gl.SliceLayout(0, ld_l))
-        a_s.index(c).store(gl.load(h_ptr + rows[:, None] * stride_hm + offs_k[None, :]))
+        if H_EVICT:    # as the library's kernel since session 28
+            a_s.index(c).store(gl.load(h_ptr + rows[:, None] * stride_hm + offs_k[None, :],
+                                       eviction_policy="evict_first"))
+        else:
+            a_s.index(c).store(gl.load(h_ptr + rows[:, None] * stride_hm + offs_k[None, :]))
     fence_async_shared()
     _cta_barrier()
     # epilogue operands: routing weights in the accumulator's rows, output rows in out_l's
@@ -117,14 +137,15 @@ def _g2_kernel(h_ptr, b_desc, c_ptr, topk_w_ptr, sorted_ids_ptr, expert_ids_ptr,
         nxt = j + STAGES                   # stage s is free: its tile has retired
         mbarrier.expect(bars.index(s), nbytes, pred=nxt < N_TILES)
         for c in gl.static_range(NKC):
-            _tma_load(b_desc, [row0 + nxt * BN, c * KCc], bars.index(s), b_s.index(s * NKC + c), pred=nxt < N_TILES)
+            _load_w(b_desc, row0 + nxt * BN, c * KCc, bars.index(s), b_s.index(s * NKC + c), nxt < N_TILES, W_HINT)
     if OVERLAP:
         _epilogue(prev, w, c_rows_ptr, row_ok, g * N_TILES + N_TILES - 1, N_OUT, stride_cn, BN, out_l)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
 
 
-def launch(h, w2, align, topk_weights, out, BM=128, BN=64, n_tiles=16, stages=3, warps=8, overlap=True):
+def launch(h, w2, align, topk_weights, out, BM=128, BN=64, n_tiles=16, stages=3, warps=8, overlap=True,
+           h_evict=True, w_hint=False):
     """out [T, H] += sum over slots of topk_weights * h @ w2[e]^T (out zeroed by the caller)."""
     E, H, I = w2.shape
     assert I % KC == 0 and H % (BN * n_tiles) == 0 and align.block_m % BM == 0
@@ -135,7 +156,8 @@ def launch(h, w2, align, topk_weights, out, BM=128, BN=64, n_tiles=16, stages=3,
     _g2_kernel[grid](h, bd, out, topk_weights, align.sorted_ids, align.expert_ids, align.num_tokens_post_padded,
                      H, align.num_pairs, num_m, h.stride(0), out.stride(0), out.stride(1),
                      TOP_K=topk_weights.shape[1], ALIGN_BM=align.block_m, BM=BM, BN=BN, NKC=I // KC,
-                     N_TILES=n_tiles, STAGES=stages, OVERLAP=overlap, num_warps=warps)
+                     N_TILES=n_tiles, STAGES=stages, OVERLAP=overlap, H_EVICT=h_evict, W_HINT=w_hint,
+                     num_warps=warps)
 
 
 def gpu(tokens, variants):
@@ -193,7 +215,12 @@ VARIANTS = [("x16 bn64 s3 overlap", dict(BN=64, n_tiles=16, stages=3, overlap=Tr
             ("bm256 x16 bn64 s2 overlap", dict(BM=256, BN=64, n_tiles=16, stages=2, overlap=True)),
             ("bm256 x16 bn64 s2 no overlap", dict(BM=256, BN=64, n_tiles=16, stages=2, overlap=False)),
             ("bm256 x32 bn32 s3 overlap", dict(BM=256, BN=32, n_tiles=32, stages=3, overlap=True)),
-            ("bm64 x16 bn64 s3 overlap", dict(BM=64, BN=64, n_tiles=16, stages=3, overlap=True, warps=4))]
+            ("bm64 x16 bn64 s3 overlap", dict(BM=64, BN=64, n_tiles=16, stages=3, overlap=True, warps=4)),
+            ("x8 bn128 s2 h plain", dict(BN=128, n_tiles=8, stages=2, h_evict=False)),
+            ("x16 bn64 s3 h plain", dict(BN=64, n_tiles=16, stages=3, h_evict=False))]
+if _W_EVICT_FIRST is not None:    # triton 3.9: w2's TMA loads evict_first too (next session's first try)
+    VARIANTS += [("x16 bn64 s3 w evict_first", dict(BN=64, n_tiles=16, stages=3, w_hint=True)),
+                 ("x8 bn128 s2 w evict_first", dict(BN=128, n_tiles=8, stages=2, w_hint=True))]
 
 
 def compile_only():
@@ -209,7 +236,8 @@ def compile_only():
                "stride_cn": "constexpr"}
         bm, warps = kw.get("BM", 128), kw.get("warps", 8)
         consts = dict(stride_cn=1, TOP_K=8, ALIGN_BM=max(bm, 128), BM=bm, BN=BN, NKC=4, N_TILES=kw["n_tiles"],
-                      STAGES=kw["stages"], OVERLAP=kw["overlap"], num_warps=warps)
+                      STAGES=kw["stages"], OVERLAP=kw.get("overlap", True), H_EVICT=kw.get("h_evict", True),
+                      W_HINT=kw.get("w_hint", False), num_warps=warps)
         for c in consts:
             sig.setdefault(c, "constexpr")
         attrs = {(0,): [["tt.divisibility", 16]], (2,): [["tt.divisibility", 16]], (3,): [["tt.divisibility", 16]],

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 28 (H100): deepseek-v3 tp8's A-resident GEMM2 with L2 eviction hints (the S28_EV switch of scripts/s28_evict_ab.patch, applied uncommitted,
-# in grouped_gemm._launch_resident: 0 shipped (TMA weights), 1 weights by pointer loads, 2 pointer loads
+# in grouped_gemm._launch_resident; it applies to grouped_gemm.py as of 4bc99e3, before h evict_first shipped: 0 shipped (TMA weights), 1 weights by pointer loads, 2 pointer loads
 # evict_first for the weights and h, 3 TMA weights + h evict_first, 4 pointer weights evict_first): can the
 # 1024-column band of the output that the atomic adds hit stay in L2 while w2 and h stream past it?
 set -uo pipefail
