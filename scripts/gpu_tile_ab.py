@@ -830,8 +830,9 @@ _B = dict(BAND_MAJOR=True)
 ROUNDS["s28bm256"] = [   # session 28: the A-resident GEMM2 at 256 rows. Each program reads its expert's whole w2
     # band once per m-block, so at 128 rows deepseek tp8 T=16384 moves ~4.2 GB of weights from L2 (H100: GEMM2 1203 us
     # with its atomic adds masked off, 901 us for the adds alone, 1684 us both); 256 rows halve that traffic
-    ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 256x64 x16 w8 s2", "gemm2", dict(_res(256, 64, 16, 8, 2), **_B)),
-                                               ("g2 256x64 x16 w16 s2", "gemm2", dict(_res(256, 64, 16, 16, 2), **_B))]),
+    ("deepseek-v3", 8, 16384, "E=256,N=256,", [
+        ("g2 256x64 x16 w8 s2", "gemm2", dict(_res(256, 64, 16, 8, 2), **_B)),
+        ("g2 256x64 x16 w16 s2", "gemm2", dict(_res(256, 64, 16, 16, 2), **_B))]),
     ("deepseek-v3", 8, 16384, "E=256,N=256,", [("g2 256x64 x16 w8 s3", "gemm2", dict(_res(256, 64, 16, 8, 3), **_B)),
                                                ("g2 256x64 x16 w8 s2", "gemm2", dict(_res(256, 64, 16, 8, 2), **_B))],
      "fp8_block"),
