@@ -137,27 +137,31 @@ def test_decode_gemm2_tiles_bitwise(case, tiles, bn, bk):
             bk = 32
     for t in (T, 1):                                           # fp32 out: exact against the reference
         ones = {}
-        # TILES: bitwise equal to the one-tile kernel of the same layout, except A3 with block-scaled
-        # 8-bit weights (A3's default is off there: decode.py gemm2_a3), which triton 3.9 sums 1 ulp
-        # apart on the GPU (H100 / H200, TILES 2 and 4). A3 (h's rows loaded BN times in the weight
-        # tile's layout) and SLOTS_FIRST (the weight tile's layout hinted, kernels/decode.py
-        # gemm2_slots_first): another layout may sum in another order, so only close across them
+        # TILES (with or without A3: h's rows loaded BN times in the weight tile's layout) is bitwise
+        # equal to the one-tile kernel without A3 and to the one of its own layout, except A3 with
+        # block-scaled 8-bit weights on a GPU (A3's default is off there: decode.py gemm2_a3), which
+        # triton 3.9 sums 1 ulp apart (H100 / H200, TILES 2 and 4). SLOTS_FIRST (the weight tile's
+        # layout hinted, kernels/decode.py gemm2_slots_first): on a GPU another layout may sum in
+        # another order, so only close across it
         for a3, sf in ((False, False), (True, False), (False, True), (True, True)):
-            one, many = (torch.full((t, H_ODD), float("nan"), device=DEV) for _ in range(2))
-            decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], one, config=dict(BLOCK_N=bn, BLOCK_K=bk, A3=a3,
+            one, one_a3, many = (torch.full((t, H_ODD), float("nan"), device=DEV) for _ in range(3))
+            decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], one, config=dict(BLOCK_N=bn, BLOCK_K=bk, A3=False,
                                                                           SLOTS_FIRST=sf), **kw)
+            if a3:
+                decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], one_a3,
+                             config=dict(BLOCK_N=bn, BLOCK_K=bk, A3=True, SLOTS_FIRST=sf), **kw)
             decode_gemm2(h[:t * k], w2, ids[:t], tw[:t], many,
                          config=dict(BLOCK_N=bn, BLOCK_K=bk, TILES=tiles, A3=a3, SLOTS_FIRST=sf), **kw)
-            if a3 and case == "fp8-block-a16" and DEV == "cuda":
-                assert _rel(many, one) < 1e-6, (t, a3, sf)
-            else:
-                assert torch.equal(one, many), (t, a3, sf, (one - many).abs().max())
+            for base in ((one, one_a3) if a3 else (one,)):
+                if a3 and case == "fp8-block-a16" and DEV == "cuda":
+                    assert _rel(many, base) < 1e-6, (t, a3, sf)
+                else:
+                    assert torch.equal(base, many), (t, a3, sf, (base - many).abs().max())
             assert (many[0] == 0).all()
             if t == T:
                 assert _rel(many, ref) < 1e-5 and many[1:].abs().amin(dim=1).gt(0).any()
-            ones[(a3, sf)] = one
-        for key, one in ones.items():
-            assert _rel(one, ones[(False, False)]) < 1e-6, key
+            ones[sf] = one
+        assert _rel(ones[False], ones[True]) < 1e-6
 
 
 def test_decode_no_tokens_and_one_expert_for_all():
