@@ -232,8 +232,14 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
     assert ex.decode_mode(7).tc == (mode in ("tc", "auto") and scheme != "none")
     assert pe.quantizes_activations(7) == (scheme != "none" and not a16)
     assert pe.quantizes_activations(9) == (scheme != "none")               # 18 pairs: grouped path
-    # auto: one token in a16 math (the fastest there), more on the tensor cores
+    # auto: up to two tokens in a16 math (three with per-channel scales: the fastest there,
+    # backends/triton.auto_a16_max_t), more on the tensor cores
     assert pe.quantizes_activations(1) == (scheme != "none" and mode in ("a8", "tc"))
+    assert pe.quantizes_activations(2) == (scheme != "none" and mode in ("a8", "tc"))
+    per_channel = scheme in ("fp8_channel", "int8_channel")
+    assert pe.quantizes_activations(3) == (scheme != "none" and (mode in ("a8", "tc") or (mode == "auto"
+                                                                                        and not per_channel)))
+    assert pe.quantizes_activations(4) == (scheme != "none" and mode != "a16")
     for T in (7, 1) if mode == "auto" else (7,):
         check(pe, cfg, w, mk.x(cfg, T, seed=22).to(dev), mk.logits(cfg, T, seed=23).to(dev))
 

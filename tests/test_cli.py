@@ -235,9 +235,10 @@ def test_explain_auto_w8a8_decode_per_bucket(monkeypatch):
     assert "16-bit activations" in rows["T=1"] and "tensor cores" not in rows["T=1"]
     assert "tensor cores" in rows["T=16"] and "launch chain" in rows["T=16"]
     assert rows["T=64"].startswith("gemm1 BM")
-    # the CUDA-core decode tiles as a launch picks them: GEMM2 of 8-bit weights takes 4 N tiles
-    # a program here (decode.gemm2_tiles), 16-bit weights one; the tensor-core row names none
-    assert "GEMM1 BN4xBK1024, GEMM2 BN4xBK256 x4 N tiles a program" in rows["T=1"]
+    # the CUDA-core decode tiles as a launch picks them: GEMM2 of 8-bit weights in two 128-wide
+    # K steps, one N tile a program (decode.gemm2_tiles: TILES only for one-step tiles), 16-bit
+    # weights one 256-wide step; the tensor-core row names none
+    assert "GEMM1 BN4xBK1024, GEMM2 BN8xBK128" in rows["T=1"] and "N tiles a program" not in rows["T=1"]
     assert "GEMM2 BN" not in rows["T=16"]
     from fusedmoe.kernels import decode as dk
     for ver in ("3.6.0", "3.9.0"):      # (gemm2_slots_first; gemm2_a3: k = 8 slots, never)

@@ -253,6 +253,8 @@ def test_gemm2_tiles_rule(monkeypatch):
     assert gemm2_tiles(2048 // 4, 132, 1) == 1           # qwen3 fp8: 512 tiles, too few to group
     assert gemm2_tiles(7168 // 4, 132, 2) == 1           # 16-bit weights: never (measured slower)
     assert gemm2_tiles(10 ** 6, 132, 1) == 4             # at most 4
+    assert gemm2_tiles(7168 // 8, 132, 1, 2) == 1        # tiles of two K steps overlap their own loads
+    assert gemm2_tiles(10 ** 6, 132, 1, 2) == 1
     monkeypatch.setenv("FUSEDMOE_DECODE_TILES", "3")
     assert gemm2_tiles(16, 132, 2) == 3
     monkeypatch.setenv("FUSEDMOE_DECODE_TILES", "0")
@@ -316,10 +318,20 @@ def test_decode_config_rules(monkeypatch):
     # a grid under 3 programs per SM narrows BN (deepseek H = 7168 would allow 4; 1 SM-ful)
     assert decode_config(8, 1, 1024, 256, 2, 132)["BLOCK_N"] == 2
     # 128-wide scale groups allow multiples of 128; a group of 48 needs a divisor
-    # 8-bit rows: BK <= K / 8 (>= 256) so the prefetch has steps to overlap; GEMM2 4 warps
+    # 8-bit rows: BK <= K / 8 (>= 128) so the prefetch has steps to overlap; GEMM2 4 warps
     assert decode_config(2, 8, 768, 2048, 1, 132) == dict(BLOCK_N=8, BLOCK_K=256, num_warps=4, PREFETCH=True)
     assert decode_config(2, 8, 256, 7168, 1, 132, group_k=128)["BLOCK_K"] == 1024
-    assert decode_config(8, 1, 2048, 768, 1, 132) == dict(BLOCK_N=4, BLOCK_K=256, num_warps=4, PREFETCH=True)
+    assert decode_config(8, 1, 2048, 768, 1, 132) == dict(BLOCK_N=4, BLOCK_K=128, num_warps=4, PREFETCH=True)
+    # 8-bit GEMM1 steps of 256-wide segments hold at most 4K elements: qwen3 T=2 keeps BN 8
+    # (8K elements, BN 16, measured slower); deepseek's 1024-wide steps keep 8K (BN 4)
+    assert decode_config(2, 16, 768, 2048, 1, 132) == dict(BLOCK_N=8, BLOCK_K=256, num_warps=4, PREFETCH=True)
+    assert decode_config(2, 16, 256, 7168, 1, 132, group_k=128) == dict(BLOCK_N=4, BLOCK_K=1024, num_warps=4,
+                                                                        PREFETCH=True)
+    # deepseek-v3 tp8 GEMM2 (K = 256): two 128-wide steps, BN 8 (8 slots x 8 x 128 = 8K elements)
+    assert decode_config(8, 1, 7168, 256, 1, 132, group_k=128) == dict(BLOCK_N=8, BLOCK_K=128, num_warps=4,
+                                                                       PREFETCH=True)
+    # 16-bit rows are untouched by the 8-bit rules
+    assert decode_config(8, 2, 2048, 768, 2, 132)["BLOCK_K"] == 256
     assert decode_config(2, 8, 768, 2048, 1, 132, group_k=48)["BLOCK_K"] == 16
     # short or odd K: the masked tail stays under 1/8 of K
     assert decode_config(2, 1, 64, 40, 2, 4)["BLOCK_K"] == 16
@@ -363,9 +375,10 @@ def test_gpu_decode_real_sizes(shape, T):
 @pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("T", [1, 2, 5])
 def test_gpu_gemm2_tiles_real_size(T, monkeypatch):
-    # deepseek-v3 tp8 fp8 128x128 blocks with 16-bit h (the a16 decode): decode_config's own
-    # tile takes TILES > 1 (gemm2_tiles), a PDL launch among them; bitwise equal to one tile a
-    # program, against the reference
+    # deepseek-v3 tp8 fp8 128x128 blocks with 16-bit h (the a16 decode). decode_config's own
+    # tile has two 128-wide K steps, so one N tile a program (gemm2_tiles); the one-step tile
+    # TILES was built for (BK = I = 256) with 4 N tiles a program, a PDL launch among them, is
+    # bitwise equal to one tile a program; both against the reference
     from fusedmoe.kernels.decode import gemm2_launch
     monkeypatch.delenv("FUSEDMOE_DECODE_TILES", raising=False)
     E_, H_, I_, k = 256, 7168, 256, 8
@@ -376,21 +389,24 @@ def test_gpu_gemm2_tiles_real_size(T, monkeypatch):
     q = dict(quant="block", b_scale=b2, block_shape=(128, 128))
     out = torch.empty(T, H_, dtype=torch.bfloat16, device=DEV)
     spec = gemm2_launch(h, w2, ids, tw, out, **q)
-    assert spec[3]["NT"] > 1 and spec[1][0] * spec[3]["NT"] * spec[3]["BLOCK_N"] >= H_
+    assert spec[3]["NT"] == 1 and spec[3]["BLOCK_K"] == 128
     got = decode_gemm2(h, w2, ids, tw, **q)
-    cfg = dict(_cached_config_of(spec), TILES=1)
+    ref = gemm2_ref(h.float(), w2, ids, tw, quant="block", b_scale=b2, block=(128, 128))
+    assert _rel(got, ref) < TOL_BF16
+    cfg = dict(_cached_config_of(spec), BLOCK_N=4, BLOCK_K=256, TILES=1)
     one = decode_gemm2(h, w2, ids, tw, config=cfg, **q)
-    assert torch.equal(got, one)
+    tiles = decode_gemm2(h, w2, ids, tw, config=dict(cfg, TILES=4), **q)
+    assert torch.equal(tiles, one)
+    assert _rel(tiles, ref) < TOL_BF16
     for sf in (False, True):      # the weight tile's layout hinted or not (gemm2_slots_first): TILES
         # bitwise as one tile a program within a layout, close across them
         one_sf = decode_gemm2(h, w2, ids, tw, config=dict(cfg, SLOTS_FIRST=sf), **q)
-        assert torch.equal(decode_gemm2(h, w2, ids, tw, config=dict(cfg, SLOTS_FIRST=sf, TILES=spec[3]["NT"]), **q),
+        assert torch.equal(decode_gemm2(h, w2, ids, tw, config=dict(cfg, SLOTS_FIRST=sf, TILES=4), **q),
                            one_sf), sf
         assert _rel(one_sf, one) < 1e-2, sf
     if torch.cuda.get_device_capability()[0] >= 9:
-        assert torch.equal(decode_gemm2(h, w2, ids, tw, pdl=True, **q), one)
-    ref = gemm2_ref(h.float(), w2, ids, tw, quant="block", b_scale=b2, block=(128, 128))
-    assert _rel(got, ref) < TOL_BF16
+        assert torch.equal(decode_gemm2(h, w2, ids, tw, pdl=True, config=dict(cfg, TILES=4), **q), one)
+        assert torch.equal(decode_gemm2(h, w2, ids, tw, pdl=True, **q), got)
 
 
 def _cached_config_of(spec) -> dict:

@@ -25,7 +25,9 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
           (kernels/decode_tc.py, x and h quantized, PDL chain) win from T=2 on: deepseek
           fp8_block T=8 122 us vs 153 (grouped) / 165 (a16), T=16 232 vs 252; qwen3
           fp8_channel T=8 104 vs 114 / 113, T=16 loses to the grouped path (192 vs 153): hence
-          'auto' = a16 for one token, tc up to min(E // 2, 128) pairs.
+          'auto' = a16 for one token, tc up to min(E // 2, 128) pairs. Session 29: with the
+          8-bit a16 tiles retuned, 'auto' takes a16 up to T = 2 (3 for per-channel schemes):
+          qwen3 fp8_channel T=2 34.9 -> 32.4 us, T=3 48.9 -> 44.7 (auto_a16_max_t).
   grouped (otherwise), below.
 
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
@@ -100,6 +102,22 @@ def decode_pairs(config: MoEConfig, mode: str = "16bit") -> int:
     E, k = config.num_local_experts, config.top_k
     tc = min(E // 2, 128) if E >= 64 else E // 4
     return max(k, {"16bit": E // 4, "a16": min(E // 4, 32), "a8": E // 16, "tc": tc, "auto": tc}[mode])
+
+
+def auto_a16_max_t(quant) -> int:
+    """Largest T for which FUSEDMOE_W8A8_DECODE=auto (the default) runs a W8A8 decode in a16
+    math (x and h 16-bit against the 8-bit weights: two launches, no quantizers, 2.4-2.7e-3
+    relative error against the fp32 reference instead of 0.8-2.0e-2); the tensor-core chain
+    above it. Session 29 (H100, benchmarks/decode_t2.py, layer graph µs, two runs of best-of-3,
+    docs/BENCHMARKS.md twenty-ninth section), with the 8-bit decode tiles of decode_config:
+      * T=2, a16 / tc: qwen3 fp8_channel 32.4 / 34.9, int8_channel 35.3 / 35.0, deepseek-v3
+        tp8 fp8_block 39.1 / 40.5;
+      * T=3: fp8_channel 44.7 / 48.9, int8_channel 47.6 / 48.7, fp8_block 56.0-56.7 / 54.8;
+      * T=4: fp8_channel 56.5-57.0 / 58.5, int8_channel 59.3-60.1 / 58.9, fp8_block 72 / 66.5.
+    So: two tokens for every scheme, three for the per-channel ones (fp8_channel, int8_channel).
+    Not measured on the H200 at these tiles (session 7's H200 figures, with the older a16
+    GEMM2, had the tensor cores ahead from T=2)."""
+    return 3 if quant.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL) else 2
 
 
 def decode_pdl_ok(platform) -> bool:
@@ -398,14 +416,14 @@ class TritonExperts(Experts):
     def decode_mode(self, T: int) -> "DecodeMode":
         """How a decode-size call of T tokens runs (FUSEDMOE_W8A8_DECODE; 16-bit schemes: a16)."""
         m = self.w8a8_mode
-        if m in ("16bit", "a16") or (m == "auto" and T * self.config.top_k <= self.config.top_k):
+        if m in ("16bit", "a16") or (m == "auto" and T <= auto_a16_max_t(self.scheme)):
             return self._mode16
         return self._mode8
 
     def quantizes_activations(self, T: int) -> bool:
         """Whether a forward of T tokens quantizes x and h as the W8A8 scheme does (False for
         16-bit schemes, and for decode-size calls in a16 math: FUSEDMOE_W8A8_DECODE=a16, or
-        one token with the default 'auto'; those match
+        up to auto_a16_max_t(scheme) tokens with the default 'auto'; those match
         ``reference_moe(..., quantize_activations=False)``)."""
         if not self.quantized:
             return False
@@ -678,7 +696,7 @@ def _decode_tiles(config, quant, platform, T) -> str:
     H, I, k = config.hidden_size, config.intermediate_size, config.top_k
     c1 = dk.decode_config(2 if config.is_gated else 1, T * k, I, H, esize, nsm, gk)
     c2 = dk.decode_config(next_power_of_2(k), T, H, I, esize, nsm, gk)
-    nt = dk.gemm2_tiles(T * cdiv(H, c2["BLOCK_N"]), nsm, esize)
+    nt = dk.gemm2_tiles(T * cdiv(H, c2["BLOCK_N"]), nsm, esize, cdiv(I, c2["BLOCK_K"]))
     return (f"; GEMM1 BN{c1['BLOCK_N']}xBK{c1['BLOCK_K']}, GEMM2 BN{c2['BLOCK_N']}xBK{c2['BLOCK_K']}"
             + (f" x{nt} N tiles a program" if nt > 1 else "")
             + (" (h rows in the weight tile's layout, A3)" if dk.gemm2_a3(esize, next_power_of_2(k)) else "")
@@ -696,7 +714,7 @@ def _variants(config, quant, platform):
     dp = decode_pairs(config, mode)
     for T in BUCKETS:
         if T * config.top_k <= dp:
-            a16 = quantized and (mode == "a16" or (mode == "auto" and T == 1))
+            a16 = quantized and (mode == "a16" or (mode == "auto" and T <= auto_a16_max_t(quant)))
             tc = quantized and not a16 and mode in ("tc", "auto")
             chained = quantized and not a16
             pdl = decode_pdl_ok(platform) and not (chained and quant.method == QuantMethod.FP8_TENSOR)

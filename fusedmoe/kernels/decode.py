@@ -498,32 +498,41 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
         idle in the last wave; qwen3 GEMM2: BN 4 = 512 programs, 10.3 us; BN 2, 11.1 us);
       * 8 warps for the k-slot tiles of GEMM2, 4 for GEMM1;
       * 8-bit weights (pre-quantized activations, fp8_channel qwen3 / fp8_block deepseek):
-        BK at most K / 8 (but >= 256): qwen3 GEMM1 BN 8 x BK 256 11.8 us (71%) where one
+        BK at most K / 8 (but >= 128): qwen3 GEMM1 BN 8 x BK 256 11.8 us (71%) where one
         2048-wide step took 17.3; 4 warps for GEMM2 (7.6 vs 9.2 us).
+      * 8-bit, T = 1..3 (benchmarks/decode_t2.py, H100, median of 3, docs/BENCHMARKS.md
+        twenty-ninth section): GEMM2 at BK 128 (the floor was 256): qwen3 fp8 T=2 13.5 ->
+        11.8 us, T=3 21.2 -> 18.0, int8 T=3 21.0 -> ~18, deepseek fp8_block 10.0 -> 9.8 (T=1),
+        16.4 -> 16.1 (T=2); T=1 qwen3 even (7.9). An 8-bit GEMM1 step of 256-wide segments
+        at most 4K elements: qwen3 T=2 BN 16 -> 8, 23.3 -> 22.0 us (int8 25.6 -> 23.1), T=3
+        32.7 -> 28.7 (int8 33.0 -> 30.5); T=1 already BN 8. deepseek's GEMM1 (BK 1024) keeps
+        8K: its T=2 best (BN 8 x BK 512, 24.1 vs 26.0 us) is no rule's neighbour at T=1 / 3.
     With block scales BK is also a multiple or a divisor of ``group_k``.
     The same rule holds under triton 3.9 once the GEMM2 tile has 3.6's layout
     (``gemm2_slots_first``); without it, BK halved had been 1-3% faster there.
     """
     bk = min(2048 // esize, max(16, next_power_of_2(K)))
     if esize == 1:            # 8-bit rows: keep >= ~8 K steps for the prefetch to overlap
-        bk = min(bk, max(256, next_power_of_2(K) // 8))
+        bk = min(bk, max(128, next_power_of_2(K) // 8))
     while bk > 16 and (cdiv(K, bk) * bk - K) * 8 > K:
         bk //= 2
     if group_k is not None:
         while bk > 16 and (group_k % bk if bk <= group_k else bk % group_k):
             bk //= 2
     # largest pow2 within 16 KB and 8K elements a step (8-bit rows: 16K fp32 products a step
-    # spill; measured 2x slower on fp8 qwen3 / deepseek T=1)
-    budget = min(16384 // esize, 8192) // (rows * bk)
+    # spill; measured 2x slower on fp8 qwen3 / deepseek T=1); an 8-bit GEMM1 step of 256-wide
+    # row segments at most 4K elements (qwen3 T = 2, 3: BN 16 -> 8)
+    budget = min(16384 // esize, 4096 if esize == 1 and rows <= 2 and bk <= 256 else 8192) // (rows * bk)
     bn = min(32, max(2, next_power_of_2(budget + 1) // 2))
     while bn > 2 and programs_per_tile * cdiv(n_out, bn) < 3 * num_sms:
         bn //= 2
     return dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=8 if rows >= 4 and esize == 2 else 4, PREFETCH=True)
 
 
-def gemm2_tiles(tiles: int, num_sms: int, esize: int) -> int:
+def gemm2_tiles(tiles: int, num_sms: int, esize: int, ksteps: int = 1) -> int:
     """N tiles a GEMM2 program takes (``TILES``, see _gemm2_tiles) when decode_config chose
-    the tile; ``tiles``: T x N tiles in all. FUSEDMOE_DECODE_TILES overrides. From the H100
+    the tile; ``tiles``: T x N tiles in all, ``ksteps``: K steps a tile (cdiv(K, BLOCK_K)).
+    FUSEDMOE_DECODE_TILES overrides. From the H100
     (benchmarks/decode_ab.py section G, T=1, docs/BENCHMARKS.md twelfth session):
       * 8-bit weights hold ~130 registers a program (3-4 programs an SM): with one short K
         a tile (deepseek-v3 tp8, I = 256: 1792 tiles of one 8 KB step) nothing overlaps a
@@ -532,13 +541,16 @@ def gemm2_tiles(tiles: int, num_sms: int, esize: int) -> int:
       * where the tiles are few (qwen3 fp8, 512 tiles of 3 steps) fewer programs are slower
         (7.4 -> 10.5 us with 2): only while at least 3 programs an SM remain;
       * 16-bit weights (64-80 registers, more programs resident): 1 is the fastest (deepseek
-        bf16 layer 33.1 vs 33.8-35.1 us).
+        bf16 layer 33.1 vs 33.8-35.1 us);
+      * a tile of two K steps or more overlaps its own loads: deepseek fp8_block at BK 128
+        (two steps since session 29) BN 8 x TILES 1 9.75 us against BN 4 x BK 256 x TILES 4
+        9.99 (T=1), 16.1 vs 16.4 (T=2), 22.0 vs 22.9 (T=3; benchmarks/decode_t2.py).
     """
     v = env.decode_tiles()
     if v is not None:
         return v
     nt = 1
-    while esize == 1 and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
+    while esize == 1 and ksteps == 1 and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
         nt *= 2
     return nt
 
@@ -751,7 +763,8 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
         kp, T, H, K, h, w2, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape, quantize_a,
         scale_pow2, config)
     nt = (int(config.get("TILES", 1)) if explicit
-          else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device), w2.element_size()))
+          else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device), w2.element_size(),
+                           cdiv(K, config["BLOCK_K"])))
     a3 = config.get("A3") if explicit else None
     a3 = config["BLOCK_N"] if (gemm2_a3(w2.element_size(), kp) if a3 is None else a3) and not consts["QA"] else 0
     sf = config.get("SLOTS_FIRST") if explicit else None
