@@ -111,6 +111,42 @@ def sweep(name, tp, scheme, T, n_sets=16, rounds=1):
     return rows
 
 
+RULES = {"new": (128, 4096, True), "old": (256, 8192, False), "g1new": (256, 4096, False), "g2new": (128, 8192, True)}
+
+
+def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "g2new")):
+    """The layer (a16 math, FUSEDMOE_W8A8_DECODE=a16) under session 29's 8-bit decode tile rules
+    and session 28's, and each half alone (kernels/decode.py BK8_FLOOR, GEMM1_STEP8,
+    TILES_ONE_STEP_ONLY), alternating rounds, best graph µs of each."""
+    from fusedmoe.kernels import decode as dk
+    from fusedmoe.layer import prepare_experts
+    saved = (dk.BK8_FLOOR, dk.GEMM1_STEP8, dk.TILES_ONE_STEP_ONLY)
+    os.environ.update(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096")
+    cfg = get_preset(name).to_config(tp=tp)
+    w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+    rows = []
+    try:
+        for T in tokens:
+            sets = hz.make_input_sets(cfg, T, "cuda", seed=T).sets
+            best = {}
+            for _ in range(rounds):
+                for v in variants:
+                    dk.BK8_FLOOR, dk.GEMM1_STEP8, dk.TILES_ONE_STEP_ONLY = RULES[v]
+                    dk._cached_config.cache_clear()
+                    pe = prepare_experts(cfg, w, "triton")
+                    t = hz.time_impl(pe, sets, graph=True, eager=False)
+                    best[v] = min(best.get(v, float("inf")), t.us_graph)
+            rows += [dict(case=f"{name}:{tp}:{scheme}", T=T, rule=v, us_graph=us) for v, us in best.items()]
+    finally:
+        dk.BK8_FLOOR, dk.GEMM1_STEP8, dk.TILES_ONE_STEP_ONLY = saved
+        dk._cached_config.cache_clear()
+        for key in ("FUSEDMOE_W8A8_DECODE", "FUSEDMOE_DECODE_PAIRS"):
+            os.environ.pop(key, None)
+    del w
+    torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", default="qwen3-30b-a3b:1:fp8_channel,deepseek-v3:8:fp8_block,qwen3-30b-a3b:1:int8_channel")
@@ -118,12 +154,20 @@ def main(argv=None):
     ap.add_argument("--layer-tokens", default="2,3")
     ap.add_argument("--layer-rounds", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the GEMM grid (median)")
+    ap.add_argument("--rule-ab", default="", help="T list: the layer under the new / old 8-bit tile rules")
+    ap.add_argument("--rule-variants", default="new,old,g1new,g2new", help="of " + ",".join(RULES))
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     bw = hz.measure_ceilings().copy_gbps
-    res = {"copy_gbps": bw, "kernels": [], "layer": []}
+    res = {"copy_gbps": bw, "kernels": [], "layer": [], "rules": []}
     for case in a.cases.split(","):
         name, tp, scheme = case.split(":")
+        if a.rule_ab:
+            rows = rule_ab(name, int(tp), scheme, [int(t) for t in a.rule_ab.split(",")], a.layer_rounds,
+                           a.rule_variants.split(","))
+            res["rules"] += rows
+            for r in rows:
+                print(f"rules {case} T={r['T']} {r['rule']:6s} graph {r['us_graph']:6.2f} us (a16)", flush=True)
         for T in map(int, filter(None, a.tokens.split(","))):
             rows = sweep(name, int(tp), scheme, T, rounds=a.rounds)
             res["kernels"] += [dict(case=case, T=T, **r) for r in rows]

@@ -232,14 +232,14 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
     assert ex.decode_mode(7).tc == (mode in ("tc", "auto") and scheme != "none")
     assert pe.quantizes_activations(7) == (scheme != "none" and not a16)
     assert pe.quantizes_activations(9) == (scheme != "none")               # 18 pairs: grouped path
-    # auto: up to two tokens in a16 math (three with per-channel scales: the fastest there,
+    # auto: one token in a16 math, fp8_block two, fp8_channel three (the fastest there,
     # backends/triton.auto_a16_max_t), more on the tensor cores
-    assert pe.quantizes_activations(1) == (scheme != "none" and mode in ("a8", "tc"))
-    assert pe.quantizes_activations(2) == (scheme != "none" and mode in ("a8", "tc"))
-    per_channel = scheme in ("fp8_channel", "int8_channel")
-    assert pe.quantizes_activations(3) == (scheme != "none" and (mode in ("a8", "tc") or (mode == "auto"
-                                                                                        and not per_channel)))
-    assert pe.quantizes_activations(4) == (scheme != "none" and mode != "a16")
+    from fusedmoe.backends.triton import auto_a16_max_t
+    auto_a16 = {"fp8_block": 2, "fp8_channel": 3}.get(scheme, 1)
+    assert auto_a16_max_t(w.scheme) == auto_a16
+    for T in (1, 2, 3, 4):
+        assert pe.quantizes_activations(T) == (scheme != "none" and (
+            mode in ("a8", "tc") or (mode == "auto" and T > auto_a16))), T
     for T in (7, 1) if mode == "auto" else (7,):
         check(pe, cfg, w, mk.x(cfg, T, seed=22).to(dev), mk.logits(cfg, T, seed=23).to(dev))
 

@@ -269,7 +269,10 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
         outs[pdl] = _eager_and_replayed(pe, x, tw, ti)
     for a in outs["0"] + outs["1"]:
         assert torch.equal(a, outs["0"][0])
-    qa = quant != "none" and (mode in ("a8", "tc") or (mode == "auto" and T > 1))
+    from fusedmoe.backends.triton import auto_a16_max_t
+    from fusedmoe.config import QuantScheme
+    auto_a16 = T <= auto_a16_max_t(QuantScheme.parse(quant))
+    qa = quant != "none" and (mode in ("a8", "tc") or (mode == "auto" and not auto_a16))
     assert pe.quantizes_activations(T) == qa
     ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=qa)
     assert rel_error(outs["1"][0], ref) <= tolerance(cfg.dtype, quant if qa else "none")

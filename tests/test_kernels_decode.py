@@ -321,7 +321,9 @@ def test_decode_config_rules(monkeypatch):
     # 8-bit rows: BK <= K / 8 (>= 128) so the prefetch has steps to overlap; GEMM2 4 warps
     assert decode_config(2, 8, 768, 2048, 1, 132) == dict(BLOCK_N=8, BLOCK_K=256, num_warps=4, PREFETCH=True)
     assert decode_config(2, 8, 256, 7168, 1, 132, group_k=128)["BLOCK_K"] == 1024
-    assert decode_config(8, 1, 2048, 768, 1, 132) == dict(BLOCK_N=4, BLOCK_K=128, num_warps=4, PREFETCH=True)
+    assert decode_config(8, 1, 2048, 768, 1, 132) == dict(BLOCK_N=4, BLOCK_K=256, num_warps=4, PREFETCH=True)
+    # ... >= 128 from two tokens on (at T=1 the PDL prologue's 256-wide first step measured faster)
+    assert decode_config(8, 2, 2048, 768, 1, 132) == dict(BLOCK_N=8, BLOCK_K=128, num_warps=4, PREFETCH=True)
     # 8-bit GEMM1 steps of 256-wide segments hold at most 4K elements: qwen3 T=2 keeps BN 8
     # (8K elements, BN 16, measured slower); deepseek's 1024-wide steps keep 8K (BN 4)
     assert decode_config(2, 16, 768, 2048, 1, 132) == dict(BLOCK_N=8, BLOCK_K=256, num_warps=4, PREFETCH=True)

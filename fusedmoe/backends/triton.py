@@ -26,8 +26,9 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
           fp8_block T=8 122 us vs 153 (grouped) / 165 (a16), T=16 232 vs 252; qwen3
           fp8_channel T=8 104 vs 114 / 113, T=16 loses to the grouped path (192 vs 153): hence
           'auto' = a16 for one token, tc up to min(E // 2, 128) pairs. Session 29: with the
-          8-bit a16 tiles retuned, 'auto' takes a16 up to T = 2 (3 for per-channel schemes):
-          qwen3 fp8_channel T=2 34.9 -> 32.4 us, T=3 48.9 -> 44.7 (auto_a16_max_t).
+          8-bit a16 tiles retuned, 'auto' takes a16 up to T = 3 for fp8_channel and T = 2 for
+          fp8_block: qwen3 fp8_channel T=2 34.9 -> 32.4-33.4 us, T=3 48.9 -> 44.7-45.8
+          (auto_a16_max_t).
   grouped (otherwise), below.
 
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
@@ -108,16 +109,17 @@ def auto_a16_max_t(quant) -> int:
     """Largest T for which FUSEDMOE_W8A8_DECODE=auto (the default) runs a W8A8 decode in a16
     math (x and h 16-bit against the 8-bit weights: two launches, no quantizers, 2.4-2.7e-3
     relative error against the fp32 reference instead of 0.8-2.0e-2); the tensor-core chain
-    above it. Session 29 (H100, benchmarks/decode_t2.py, layer graph µs, two runs of best-of-3,
-    docs/BENCHMARKS.md twenty-ninth section), with the 8-bit decode tiles of decode_config:
-      * T=2, a16 / tc: qwen3 fp8_channel 32.4 / 34.9, int8_channel 35.3 / 35.0, deepseek-v3
-        tp8 fp8_block 39.1 / 40.5;
-      * T=3: fp8_channel 44.7 / 48.9, int8_channel 47.6 / 48.7, fp8_block 56.0-56.7 / 54.8;
-      * T=4: fp8_channel 56.5-57.0 / 58.5, int8_channel 59.3-60.1 / 58.9, fp8_block 72 / 66.5.
-    So: two tokens for every scheme, three for the per-channel ones (fp8_channel, int8_channel).
+    above it. Session 29 (H100, layer graph µs, benchmarks/decode_t2.py, three runs of
+    best-of-3 on two machines, docs/BENCHMARKS.md twenty-ninth section), a16 with the 8-bit
+    decode tiles of that session / tc:
+      * qwen3 fp8_channel: T=2 32.4-33.4 / 34.9, T=3 44.7-45.8 / 48.9-49.1, T=4 56.5 / 58.5;
+      * deepseek-v3 tp8 fp8_block: T=2 39.1-40.5 / 40.5 (even: the more accurate wins),
+        T=3 56.0-57.4 / 54.8;
+      * qwen3 int8_channel: T=2 35.3-36.4 / 35.0, T=3 47.6-49.2 / 48.6-48.8: tc stays;
+      * fp8_tensor: not measured, one token as before.
     Not measured on the H200 at these tiles (session 7's H200 figures, with the older a16
     GEMM2, had the tensor cores ahead from T=2)."""
-    return 3 if quant.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL) else 2
+    return {QuantMethod.FP8_CHANNEL: 3, QuantMethod.FP8_BLOCK: 2}.get(quant.method, 1)
 
 
 def decode_pdl_ok(platform) -> bool:

@@ -480,6 +480,15 @@ def _triton_at_least(major: int, minor: int) -> bool:
         return True
 
 
+#: The 8-bit tile rules of session 29 (module constants so that benchmarks/decode_t2.py --rule-ab can
+#: time session 28's rules, 256 / 8192 / False, against them in the same run): the smallest
+#: BLOCK_K of an 8-bit decode GEMM, the elements of an 8-bit GEMM1 step of row segments <= 256
+#: wide, and whether GEMM2 takes several N tiles a program only when a tile is one K step.
+BK8_FLOOR = 128
+GEMM1_STEP8 = 4096
+TILES_ONE_STEP_ONLY = True
+
+
 def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: int, num_sms: int = 132,
                   group_k: Optional[int] = None) -> dict:
     """BLOCK_N / BLOCK_K / num_warps / PREFETCH for one decode GEMM.
@@ -503,7 +512,9 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
       * 8-bit, T = 1..3 (benchmarks/decode_t2.py, H100, median of 3, docs/BENCHMARKS.md
         twenty-ninth section): GEMM2 at BK 128 (the floor was 256): qwen3 fp8 T=2 13.5 ->
         11.8 us, T=3 21.2 -> 18.0, int8 T=3 21.0 -> ~18, deepseek fp8_block 10.0 -> 9.8 (T=1),
-        16.4 -> 16.1 (T=2); T=1 qwen3 even (7.9). An 8-bit GEMM1 step of 256-wide segments
+        16.4 -> 16.1 (T=2). Alone even at qwen3 T=1 (7.9 us), but the layer there lost 1-2 us
+        (fp8 18.1 -> 19.5, int8 19.4 -> 21.4: --rule-ab), so at T=1 the floor stays 256 except
+        for a K of one 256 step (deepseek: 22.5 -> 21.9). An 8-bit GEMM1 step of 256-wide segments
         at most 4K elements: qwen3 T=2 BN 16 -> 8, 23.3 -> 22.0 us (int8 25.6 -> 23.1), T=3
         32.7 -> 28.7 (int8 33.0 -> 30.5); T=1 already BN 8. deepseek's GEMM1 (BK 1024) keeps
         8K: its T=2 best (BN 8 x BK 512, 24.1 vs 26.0 us) is no rule's neighbour at T=1 / 3.
@@ -513,7 +524,10 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     """
     bk = min(2048 // esize, max(16, next_power_of_2(K)))
     if esize == 1:            # 8-bit rows: keep >= ~8 K steps for the prefetch to overlap
-        bk = min(bk, max(128, next_power_of_2(K) // 8))
+        # (BK 128 only with 2+ tokens or a K of one 256 step: at T=1 the PDL prologue's first
+        # weight step overlaps GEMM1's tail, and a 128-wide one was slower on qwen3, K = 768)
+        floor = BK8_FLOOR if programs_per_tile >= 2 or K <= 256 else 256
+        bk = min(bk, max(floor, next_power_of_2(K) // 8))
     while bk > 16 and (cdiv(K, bk) * bk - K) * 8 > K:
         bk //= 2
     if group_k is not None:
@@ -522,7 +536,7 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     # largest pow2 within 16 KB and 8K elements a step (8-bit rows: 16K fp32 products a step
     # spill; measured 2x slower on fp8 qwen3 / deepseek T=1); an 8-bit GEMM1 step of 256-wide
     # row segments at most 4K elements (qwen3 T = 2, 3: BN 16 -> 8)
-    budget = min(16384 // esize, 4096 if esize == 1 and rows <= 2 and bk <= 256 else 8192) // (rows * bk)
+    budget = min(16384 // esize, GEMM1_STEP8 if esize == 1 and rows <= 2 and bk <= 256 else 8192) // (rows * bk)
     bn = min(32, max(2, next_power_of_2(budget + 1) // 2))
     while bn > 2 and programs_per_tile * cdiv(n_out, bn) < 3 * num_sms:
         bn //= 2
@@ -550,7 +564,7 @@ def gemm2_tiles(tiles: int, num_sms: int, esize: int, ksteps: int = 1) -> int:
     if v is not None:
         return v
     nt = 1
-    while esize == 1 and ksteps == 1 and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
+    while esize == 1 and (ksteps == 1 or not TILES_ONE_STEP_ONLY) and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
         nt *= 2
     return nt
 
