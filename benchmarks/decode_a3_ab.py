@@ -55,7 +55,7 @@ def main() -> int:
             w = hz.make_weights(cfg, scheme, "cuda", seed=0)
             sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
             esize = 1 if scheme != "none" else 2
-            d = decode_config(next_power_of_2(cfg.top_k), 1, cfg.hidden_size, cfg.intermediate_size, esize)
+            d = decode_config(next_power_of_2(cfg.top_k), 1, cfg.hidden_size, cfg.intermediate_size, esize, gemm2=True)
             confs = [d, dict(d, BLOCK_K=d["BLOCK_K"] // 2)]
             for v in ("0", "1"):
                 os.environ[VAR] = v

@@ -85,7 +85,8 @@ def kernel_sweep(cfg, w, sets, bw, quick, scheme="none", a16=False, grid_around=
                                   (512,) if quick else ((256, 512, 1024) if esize == 2 else (256, 512, 1024, 2048)),
                                   (8,) if quick else (4, 8), (True,) if quick or esize == 1 else (False, True)))
     gk = w.scheme.block_shape[1] if scheme == "fp8_block" else None
-    default = {"gemm1": decode_config(2, k, I, H, esize, group_k=gk), "gemm2": decode_config(kp, 1, H, I, esize, group_k=gk)}
+    default = {"gemm1": decode_config(2, k, I, H, esize, group_k=gk), "gemm2": decode_config(kp, 1, H, I, esize, group_k=gk,
+                                                                                          gemm2=True)}
     for gemm in ("gemm1", "gemm2") if only is None else tuple(only):
         R = 2 if gemm == "gemm1" else kp
         configs = (only[gemm] if only is not None else around(default[gemm], esize, gk) if grid_around
@@ -303,7 +304,8 @@ def main():
             sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
             esize = 1 if scheme != "none" else 2
             gk = w.scheme.block_shape[1] if scheme == "fp8_block" else None
-            d = decode_config(hz_next_pow2(cfg.top_k), 1, cfg.hidden_size, cfg.intermediate_size, esize, group_k=gk)
+            d = decode_config(hz_next_pow2(cfg.top_k), 1, cfg.hidden_size, cfg.intermediate_size, esize, group_k=gk,
+                              gemm2=True)
             d1 = decode_config(2, cfg.top_k, cfg.intermediate_size, cfg.hidden_size, esize, group_k=gk)
 
             def ok(bk):

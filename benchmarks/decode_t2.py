@@ -71,7 +71,7 @@ def sweep(name, tp, scheme, T, n_sets=16, rounds=1):
     q2 = dict(quant=quant, block_shape=blk, b_scale=w.w2_scale)
     hs = [decode_gemm1(s.x, w.w13, s.topk_ids, "silu", **q1) for s in sets]
     d1 = decode_config(2, T * k, I, H, 1, group_k=gk)
-    d2 = decode_config(next_power_of_2(k), T, H, I, 1, group_k=gk)
+    d2 = decode_config(next_power_of_2(k), T, H, I, 1, group_k=gk, gemm2=True)
     t2 = gemm2_tiles(T * -(-H // d2["BLOCK_N"]), torch.cuda.get_device_properties(0).multi_processor_count, 1,
                      -(-I // d2["BLOCK_K"]))
     rows = []

@@ -429,7 +429,7 @@ def main() -> int:
                 (f"{name} T={T} gemm1 pdl", dk.gemm1_launch(x, w13, ids, "silu", h, pdl=True)),
                 (f"{name} T={T} gemm2 pdl", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True)),
                 (f"{name} T={T} gemm2 pdl tiles8", dk.gemm2_launch(h, w2, ids, tw, out, pdl=True, config=dict(
-                    dk.decode_config(8, T, H, I, 2, 132), TILES=8))),
+                    dk.decode_config(8, T, H, I, 2, 132, gemm2=True), TILES=8))),
             ]
     # the W8A8 decode chain (fp8 per token, fp8 1x128 groups): quantization kernels with PDL,
     # GEMM1 waiting for x, GEMM2 for h
@@ -464,10 +464,10 @@ def main() -> int:
                                              pdl=True, **q)),
             (f"{lab} gemm2", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, **q)),
             (f"{lab} gemm2 tiles4", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=dict(
-                dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None), TILES=4), **q)),
+                dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None, gemm2=True), TILES=4), **q)),
             # GEMM2 with one tile a program (qwen3's shipped choice)
             (f"{lab} gemm2 tiles1", dk.gemm2_launch(h, a2, ids, tw, out, b_scale=s2, pdl=True, config=dict(
-                dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None), TILES=1), **q)),
+                dk.decode_config(8, T, H, I, 1, 132, blk[1] if blk else None, gemm2=True), TILES=1), **q)),
         ]
 
     def rows_case(label, K, rows, bk, mode="token", qt="fp8", counts=False, pdl=False, dt=bf, rcp=False,

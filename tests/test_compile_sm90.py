@@ -50,7 +50,8 @@ for dt, q in ((torch.float8_e4m3fn, dict(quant="block", block_shape=(128, 128), 
               (torch.bfloat16, {})):
     for nt in (1, 4):
         spec = dk.gemm2_launch(h, torch.empty(E, H, I, dtype=dt), ids, tw, out, pdl=True, config=dict(
-            dk.decode_config(8, T, H, I, torch.empty(0, dtype=dt).element_size(), 132, 128 if q else None), TILES=nt), **q)
+            dk.decode_config(8, T, H, I, torch.empty(0, dtype=dt).element_size(), 132, 128 if q else None,
+                             gemm2=True), TILES=nt), **q)
         ptx = cc.compile_spec(spec).asm["ptx"]
         print(str(dt), nt, sorted(set(re.findall(r"ld\.global[.\w]*", ptx))))
 '''

@@ -314,34 +314,38 @@ def test_decode_config_rules(monkeypatch):
     # qwen3 T=1 GEMM1 (gate + up rows): 16 KB steps of 2 KB row segments -> BN 4 x BK 1024
     assert decode_config(2, 8, 768, 2048, 2, 132) == dict(BLOCK_N=4, BLOCK_K=1024, num_warps=4, PREFETCH=True)
     # GEMM2 holds 8 slots; K = 768: BK 512 would leave a third of K masked -> BK 256, BN 4
-    assert decode_config(8, 1, 2048, 768, 2, 132) == dict(BLOCK_N=4, BLOCK_K=256, num_warps=8, PREFETCH=True)
+    assert decode_config(8, 1, 2048, 768, 2, 132, gemm2=True) == dict(BLOCK_N=4, BLOCK_K=256, num_warps=8, PREFETCH=True)
     # a grid under 3 programs per SM narrows BN (deepseek H = 7168 would allow 4; 1 SM-ful)
-    assert decode_config(8, 1, 1024, 256, 2, 132)["BLOCK_N"] == 2
+    assert decode_config(8, 1, 1024, 256, 2, 132, gemm2=True)["BLOCK_N"] == 2
     # 128-wide scale groups allow multiples of 128; a group of 48 needs a divisor
     # 8-bit rows: BK <= K / 8 (>= 128) so the prefetch has steps to overlap; GEMM2 4 warps
     assert decode_config(2, 8, 768, 2048, 1, 132) == dict(BLOCK_N=8, BLOCK_K=256, num_warps=4, PREFETCH=True)
     assert decode_config(2, 8, 256, 7168, 1, 132, group_k=128)["BLOCK_K"] == 1024
-    assert decode_config(8, 1, 2048, 768, 1, 132) == dict(BLOCK_N=4, BLOCK_K=256, num_warps=4, PREFETCH=True)
+    assert decode_config(8, 1, 2048, 768, 1, 132, gemm2=True) == dict(BLOCK_N=4, BLOCK_K=256, num_warps=4, PREFETCH=True)
     # ... >= 128 from two tokens on (at T=1 the PDL prologue's 256-wide first step measured faster)
-    assert decode_config(8, 2, 2048, 768, 1, 132) == dict(BLOCK_N=8, BLOCK_K=128, num_warps=4, PREFETCH=True)
+    assert decode_config(8, 2, 2048, 768, 1, 132, gemm2=True) == dict(BLOCK_N=8, BLOCK_K=128, num_warps=4, PREFETCH=True)
     # 8-bit GEMM1 steps of 256-wide segments hold at most 4K elements: qwen3 T=2 keeps BN 8
     # (8K elements, BN 16, measured slower); deepseek's 1024-wide steps keep 8K (BN 4)
     assert decode_config(2, 16, 768, 2048, 1, 132) == dict(BLOCK_N=8, BLOCK_K=256, num_warps=4, PREFETCH=True)
     assert decode_config(2, 16, 256, 7168, 1, 132, group_k=128) == dict(BLOCK_N=4, BLOCK_K=1024, num_warps=4,
                                                                         PREFETCH=True)
     # deepseek-v3 tp8 GEMM2 (K = 256): two 128-wide steps, BN 8 (8 slots x 8 x 128 = 8K elements)
-    assert decode_config(8, 1, 7168, 256, 1, 132, group_k=128) == dict(BLOCK_N=8, BLOCK_K=128, num_warps=4,
+    assert decode_config(8, 1, 7168, 256, 1, 132, group_k=128, gemm2=True) == dict(BLOCK_N=8, BLOCK_K=128, num_warps=4,
                                                                        PREFETCH=True)
+    # a GEMM1 keeps the 256 floor; a GEMM2 of k = 2 (2 slot rows, as a gated GEMM1's 2) is told
+    # apart by gemm2=, not by its rows
+    assert decode_config(2, 4, 4096, 1024, 1, 132)["BLOCK_K"] == 256
+    assert decode_config(2, 2, 4096, 1024, 1, 132, gemm2=True)["BLOCK_K"] == 128
     # 16-bit rows are untouched by the 8-bit rules
-    assert decode_config(8, 2, 2048, 768, 2, 132)["BLOCK_K"] == 256
+    assert decode_config(8, 2, 2048, 768, 2, 132, gemm2=True)["BLOCK_K"] == 256
     assert decode_config(2, 8, 768, 2048, 1, 132, group_k=48)["BLOCK_K"] == 16
     # short or odd K: the masked tail stays under 1/8 of K
     assert decode_config(2, 1, 64, 40, 2, 4)["BLOCK_K"] == 16
     assert decode_config(2, 1, 64, 2880, 2, 4)["BLOCK_K"] == 1024        # 3072: 6.7% masked
     # the same tiles under triton 3.9 (its GEMM2 tile hinted into 3.6's layout: gemm2_slots_first)
-    same = [decode_config(8, 1, 2048, 768, e, 132) for e in (1, 2, 4)] + [decode_config(2, 8, 768, 2048, 2, 132)]
+    same = [decode_config(8, 1, 2048, 768, e, 132, gemm2=True) for e in (1, 2, 4)] + [decode_config(2, 8, 768, 2048, 2, 132)]
     monkeypatch.setattr(dk.triton, "__version__", "3.9.0")
-    assert [decode_config(8, 1, 2048, 768, e, 132) for e in (1, 2, 4)] + [decode_config(2, 8, 768, 2048, 2, 132)] == same
+    assert [decode_config(8, 1, 2048, 768, e, 132, gemm2=True) for e in (1, 2, 4)] + [decode_config(2, 8, 768, 2048, 2, 132)] == same
 
 
 @pytest.mark.gpu
@@ -366,7 +370,8 @@ def test_gpu_decode_real_sizes(shape, T):
     from fusedmoe.kernels.decode import _cached_config
     from fusedmoe.kernels.launcher import next_power_of_2
     h = decode_gemm1(x, w13, ids, "silu")
-    c2 = dict(_cached_config(next_power_of_2(k), T, H_, I_, 2, torch.cuda.get_device_properties(0).multi_processor_count))
+    c2 = dict(_cached_config(next_power_of_2(k), T, H_, I_, 2, torch.cuda.get_device_properties(0).multi_processor_count,
+                             None, True))
     for sf in (False, True):      # (bitwise across A3; across the layouts of SLOTS_FIRST, close)
         plain = decode_gemm2(h, w2, ids, tw, config=dict(c2, A3=False, SLOTS_FIRST=sf))
         assert torch.equal(decode_gemm2(h, w2, ids, tw, config=dict(c2, A3=True, SLOTS_FIRST=sf)), plain), sf

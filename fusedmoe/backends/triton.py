@@ -697,7 +697,7 @@ def _decode_tiles(config, quant, platform, T) -> str:
     nsm = (platform.num_sms or 132) if platform.kind == "cuda" else 4     # as grouped_gemm._num_sms
     H, I, k = config.hidden_size, config.intermediate_size, config.top_k
     c1 = dk.decode_config(2 if config.is_gated else 1, T * k, I, H, esize, nsm, gk)
-    c2 = dk.decode_config(next_power_of_2(k), T, H, I, esize, nsm, gk)
+    c2 = dk.decode_config(next_power_of_2(k), T, H, I, esize, nsm, gk, gemm2=True)
     nt = dk.gemm2_tiles(T * cdiv(H, c2["BLOCK_N"]), nsm, esize, cdiv(I, c2["BLOCK_K"]))
     return (f"; GEMM1 BN{c1['BLOCK_N']}xBK{c1['BLOCK_K']}, GEMM2 BN{c2['BLOCK_N']}xBK{c2['BLOCK_K']}"
             + (f" x{nt} N tiles a program" if nt > 1 else "")

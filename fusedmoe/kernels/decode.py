@@ -482,20 +482,21 @@ def _triton_at_least(major: int, minor: int) -> bool:
 
 #: The 8-bit tile rules of session 29 (module constants so that benchmarks/decode_t2.py --rule-ab can
 #: time session 28's rules, 256 / 8192 / False, against them in the same run): the smallest
-#: BLOCK_K of an 8-bit decode GEMM, the elements of an 8-bit GEMM1 step of row segments <= 256
-#: wide, and whether GEMM2 takes several N tiles a program only when a tile is one K step.
+#: BLOCK_K of an 8-bit decode GEMM2 from two tokens on (256 otherwise), the elements of an 8-bit
+#: GEMM1 step of row segments <= 256 wide, and whether GEMM2 takes several N tiles a program only
+#: when a tile is one K step.
 BK8_FLOOR = 128
 GEMM1_STEP8 = 4096
 TILES_ONE_STEP_ONLY = True
 
 
 def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: int, num_sms: int = 132,
-                  group_k: Optional[int] = None) -> dict:
+                  group_k: Optional[int] = None, gemm2: bool = False) -> dict:
     """BLOCK_N / BLOCK_K / num_warps / PREFETCH for one decode GEMM.
 
     ``rows``: weight row groups per program (GEMM1: 2 gated / 1; GEMM2: k rounded up to a
     power of two); ``programs_per_tile``: pairs (GEMM1) or tokens (GEMM2) sharing the N
-    tiling. From the H100 sweep at T=1 (benchmarks/decode_ab.py, docs/BENCHMARKS.md):
+    tiling; ``gemm2``: the tile is GEMM2's (rows alone cannot say: k = 2 is 2 rows). From the H100 sweep at T=1 (benchmarks/decode_ab.py, docs/BENCHMARKS.md):
       * a K step moves 16 KB per program (the next step prefetched: 32 KB in flight), with
         BK up to 2 KB of each weight row: qwen3 / deepseek GEMM1 BN 4 x BK 1024 bf16 =
         88-89% of copy bandwidth (BK 512: 85-86%); GEMM2 spreads the 16 KB over its k
@@ -526,7 +527,7 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     if esize == 1:            # 8-bit rows: keep >= ~8 K steps for the prefetch to overlap
         # (BK 128 only with 2+ tokens or a K of one 256 step: at T=1 the PDL prologue's first
         # weight step overlaps GEMM1's tail, and a 128-wide one was slower on qwen3, K = 768)
-        floor = BK8_FLOOR if programs_per_tile >= 2 or K <= 256 else 256
+        floor = BK8_FLOOR if gemm2 and (programs_per_tile >= 2 or K <= 256) else 256
         bk = min(bk, max(floor, next_power_of_2(K) // 8))
     while bk > 16 and (cdiv(K, bk) * bk - K) * 8 > K:
         bk //= 2
@@ -536,7 +537,7 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
     # largest pow2 within 16 KB and 8K elements a step (8-bit rows: 16K fp32 products a step
     # spill; measured 2x slower on fp8 qwen3 / deepseek T=1); an 8-bit GEMM1 step of 256-wide
     # row segments at most 4K elements (qwen3 T = 2, 3: BN 16 -> 8)
-    budget = min(16384 // esize, GEMM1_STEP8 if esize == 1 and rows <= 2 and bk <= 256 else 8192) // (rows * bk)
+    budget = min(16384 // esize, GEMM1_STEP8 if esize == 1 and not gemm2 and bk <= 256 else 8192) // (rows * bk)
     bn = min(32, max(2, next_power_of_2(budget + 1) // 2))
     while bn > 2 and programs_per_tile * cdiv(n_out, bn) < 3 * num_sms:
         bn //= 2
@@ -649,12 +650,12 @@ def _map_args(topk_ids, expert_map, E):
 
 
 def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape,
-           quantize_a, scale_pow2, config):
+           quantize_a, scale_pow2, config, gemm2=False):
     """What both wrappers compute before a launch: (config, the pointer / count / stride
     arguments from the ids to the scale strides, the shared constexprs)."""
     if config is None:
         config = dict(_cached_config(rows, programs, n_out, K, w.element_size(), _num_sms(a.device),
-                                     block_shape[1] if quant == "block" else None))
+                                     block_shape[1] if quant == "block" else None, gemm2))
     _check_block_k(config["BLOCK_K"], quant, block_shape, quantize_a)
     ids, emap, num_global, has_map = _map_args(topk_ids, expert_map, w.shape[0])
     scales, qflags = _quant_flags(quant, a, w, a_scale, b_scale, block_shape, quantize_a, scale_pow2)
@@ -775,7 +776,7 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
     explicit = config is not None
     config, (sa, sb, ids, emap), counts, strides, consts = _setup(
         kp, T, H, K, h, w2, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape, quantize_a,
-        scale_pow2, config)
+        scale_pow2, config, gemm2=True)
     nt = (int(config.get("TILES", 1)) if explicit
           else gemm2_tiles(T * cdiv(H, config["BLOCK_N"]), _num_sms(h.device), w2.element_size(),
                            cdiv(K, config["BLOCK_K"])))
