@@ -316,6 +316,7 @@ class TritonExperts(Experts):
         self._mode16 = DecodeMode(a16=True, tc=False, pdl=pdl_ok, chain=False)
         self._mode8 = DecodeMode(a16=False, tc=mode in ("tc", "auto"), pdl=chain, chain=chain)
         self.decode_pairs = decode_pairs(config, mode)  # env read once
+        self._auto_a16_t = auto_a16_max_t(self.scheme)
         # (both decode GEMMs in one launch was measured slower than the two with PDL on the
         # H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8 46.3 vs 33.1; docs/BENCHMARKS.md.
         # Removed in session 12: wrong on tiny grids on the GPU; commit e6c0681 has it.)
@@ -418,7 +419,7 @@ class TritonExperts(Experts):
     def decode_mode(self, T: int) -> "DecodeMode":
         """How a decode-size call of T tokens runs (FUSEDMOE_W8A8_DECODE; 16-bit schemes: a16)."""
         m = self.w8a8_mode
-        if m in ("16bit", "a16") or (m == "auto" and T <= auto_a16_max_t(self.scheme)):
+        if m in ("16bit", "a16") or (m == "auto" and T <= self._auto_a16_t):
             return self._mode16
         return self._mode8
 
