@@ -211,6 +211,9 @@ def variants_ab(name, tp, scheme, bw, tokens, variants, rounds=3):
         best = {}
         for _ in range(rounds):
             for var, env in variants.items():
+                for other in variants.values():       # no variant's setting leaks into the next
+                    for key in other:
+                        os.environ.pop(key, None)
                 os.environ.update(env)
                 pe = prepare_experts(cfg, w, "triton")
                 chk = hz.check_against(pe, hz.make_check_case(cfg, w, T, "cuda"))
@@ -239,7 +242,10 @@ W8A8_MODES = {"auto": dict(FUSEDMOE_W8A8_DECODE="auto"),        # the default: i
               "tc": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096"),
               "a8": dict(FUSEDMOE_W8A8_DECODE="a8", FUSEDMOE_DECODE_PAIRS="4096"),
               "a16": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096"),
-              "grouped": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="0")}
+              "grouped": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="0"),
+              # the tensor-core chain with one program a pair / a (token, slot group), and expert-shared
+              "tc_pair": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096", FUSEDMOE_DECODE_SHARE="0"),
+              "tc_share": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096", FUSEDMOE_DECODE_SHARE="1")}
 
 
 def w8a8_ab(name, tp, scheme, bw, tokens, rounds=2, variants=None):

@@ -153,6 +153,7 @@ def main(argv=None):
     ap.add_argument("--tokens", default="1,2")
     ap.add_argument("--layer-tokens", default="2,3")
     ap.add_argument("--layer-rounds", type=int, default=2)
+    ap.add_argument("--layer-modes", default="auto,a16,tc", help="the layer's decode modes, of decode_ab.W8A8_MODES")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the GEMM grid (median)")
     ap.add_argument("--rule-ab", default="", help="T list: the layer under the new / old 8-bit tile rules")
     ap.add_argument("--rule-variants", default="new,old,g1new,g2new", help="of " + ",".join(RULES))
@@ -184,7 +185,7 @@ def main(argv=None):
                           + (" *" if r["default"] else ""), flush=True)
         if not a.layer_tokens:
             continue
-        modes = {m: W8A8_MODES[m] for m in ("auto", "a16", "tc")}
+        modes = {m: W8A8_MODES[m] for m in a.layer_modes.split(",")}
         rows = variants_ab(name, int(tp), scheme, bw, [int(t) for t in a.layer_tokens.split(",")], modes,
                            rounds=a.layer_rounds)
         res["layer"] += rows

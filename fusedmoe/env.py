@@ -29,6 +29,10 @@ callers read them outside the forward pass (at construction / selection time).
 | FUSEDMOE_DECODE_SLOTS_FIRST | 0 / 1: the decode GEMM2's weight tile hinted into the layout  |
 |                             | triton 3.6 picks (kernels/decode.py ``SLOTS_FIRST``; default: |
 |                             | ``decode.gemm2_slots_first``: triton >= 3.7), for A/Bs        |
+| FUSEDMOE_DECODE_SHARE       | 0 / 1: the tensor-core W8A8 decode GEMMs read an expert's     |
+|                             | weights once for all its pairs (kernels/decode_tc.py          |
+|                             | ``SHARE``; default: ``decode_tc.tc_share``: two tokens and    |
+|                             | more), for A/Bs                                               |
 | FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
 |                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
 |                             | not programmatic dependent launches of the kernel before      |
@@ -73,7 +77,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_DECODE_A3", "FUSEDMOE_DECODE_SLOTS_FIRST", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_DECODE_A3", "FUSEDMOE_DECODE_SLOTS_FIRST", "FUSEDMOE_DECODE_SHARE", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
              "FUSEDMOE_REDUCE")
 
 
@@ -148,6 +152,11 @@ def decode_a3() -> bool | None:
 def decode_slots_first() -> bool | None:
     """FUSEDMOE_DECODE_SLOTS_FIRST as a bool (None when unset: kernels/decode.py's own rule)."""
     return _switch("FUSEDMOE_DECODE_SLOTS_FIRST")
+
+
+def decode_share() -> bool | None:
+    """FUSEDMOE_DECODE_SHARE as a bool (None when unset: kernels/decode_tc.py's own rule)."""
+    return _switch("FUSEDMOE_DECODE_SHARE")
 
 
 def decode_pdl() -> bool:

@@ -64,10 +64,13 @@ CFGS = [  # (gemm1, gemm2): tiles smaller than the shapes, K slices / slot group
     (dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=1), dict(BLOCK_N=32, BLOCK_K=32, GROUPS=1)),
     (dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=2), dict(BLOCK_N=32, BLOCK_K=32, GROUPS=2)),
     (dict(BLOCK_N=32, BLOCK_K=32, SPLIT_K=4), dict(BLOCK_N=32, BLOCK_K=32, GROUPS=4)),   # K=72: 3 tiles, a
-]                                                                                        # split empty; k=4: 1 slot a group
+    # expert-shared (SHARE): T=3 x k=4 pairs on E=5 experts, so most programs lead several  # split empty;
+    (dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=1, SHARE=True), dict(BLOCK_N=32, BLOCK_K=32, GROUPS=1, SHARE=True)),
+]                                                                                        # k=4: 1 slot a group
+NO_SHARE = [dict(c, SHARE=False) for c in CFGS[0]]
 
 
-@pytest.mark.parametrize("cfgs", CFGS, ids=["plain", "split2-groups2", "split4-groups4"])
+@pytest.mark.parametrize("cfgs", CFGS, ids=["plain", "split2-groups2", "split4-groups4", "share"])
 @pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: f"{s[0]}-{str(s[1]).replace('torch.', '')}")
 def test_tc_decode_exact(scheme, cfgs):
     quant, dt, a_shape, _, block = scheme
@@ -105,7 +108,7 @@ def test_tc_decode_activations_bias_map(act, kw):
     tw, ids = _routing(T, E_g, k, seed=6)
     ids[0] = torch.tensor([1, 3], dtype=torch.int32)
     qh = _quant_h(scheme, 1)
-    for mul_w, cfgs in ((True, CFGS[1]), (False, CFGS[0])):
+    for mul_w, cfgs in ((True, CFGS[1]), (False, CFGS[0]), (True, CFGS[3]), (False, CFGS[3])):
         h, out = tc_decode(x, w13, w2, tw, ids, act, x_scale=a1, w13_scale=b1, w2_scale=b2, quant=quant,
                            expert_map=emap, w13_bias=bias13, w2_bias=bias2, mul_routed_weight=mul_w,
                            quantize_h=qh, config1=dict(cfgs[0]), config2=dict(cfgs[1]), **kw)
@@ -139,6 +142,76 @@ def test_tc_decode_deterministic_and_scratch_left_zero():
     assert _rel(h, gemm1_act_ref(x, w13, ids, "silu", quant="channel", a_scale=a1, b_scale=b1)) < 1e-2
 
 
+def _launch_both(x, w13, w2, tw, ids, a1, b1, b2, qh, c1, c2, out_fill=float("nan"), **kw):
+    """(h, out) of the two launches with ``out`` prefilled (NaN: every row must be written)
+    and the scratch checked left zero."""
+    from fusedmoe.kernels.decode_tc import tc_gemm2_launch
+    T, k = ids.shape
+    I_ = w2.shape[2]
+    (p1, s1), (p2, s2) = scratch(T, k, I_, w2.shape[1], c1, c2, True, DEV)
+    h = torch.empty(T * k, I_, dtype=torch.bfloat16, device=DEV)
+    out = torch.full((T, w2.shape[1]), out_fill, dtype=torch.bfloat16, device=DEV)
+    emap = kw.pop("expert_map", None)
+    launch(*tc_gemm1_launch(x, w13, ids, "silu", h, p1, s1, a_scale=a1, b_scale=b1, config=dict(c1),
+                            expert_map=emap, **kw))
+    hq, hs = qh(h)
+    launch(*tc_gemm2_launch(hq, w2, ids, tw, out, p2, s2, a_scale=hs, b_scale=b2, config=dict(c2),
+                            expert_map=emap, **kw))
+    assert not s1.any() and not s2.any()
+    return h, out
+
+
+@pytest.mark.parametrize("T,skew", [(3, None), (20, 0)], ids=["T3", "T20-one-expert"])
+def test_tc_share_equals_pair_programs(T, skew):
+    # SHARE against one program a pair: exact integer operands make GEMM1 exact in both, so h
+    # agrees bitwise; GEMM2's routing weights are not powers of two and the pair programs apply
+    # them per K tile (SHARE once), so out agrees to fp32 rounding. T=20 with every token on expert 0: its 20 pairs take two leading programs (16 + 4
+    # columns). expert_map drops expert 1 (a token may keep one slot or none: zeros)
+    scheme = SCHEMES[0]
+    k = 2
+    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H_ODD, I_ODD, seed=4)
+    tw, ids = _routing(T, E, k, seed=7, skew=skew)
+    qh = _quant_h(scheme, 3)
+    emap = torch.tensor([0, -1, 1, 2, 3], dtype=torch.int32, device=DEV)
+    w13_l, w2_l, b1_l, b2_l = w13[:4], w2[:4], b1[:4], b2[:4]
+    if skew is not None:
+        assert (ids == 0).sum() == T                      # more than 16 pairs on one expert
+    else:
+        ids[1] = torch.tensor([1, 1], dtype=torch.int32)  # (a token with no kept slot)
+    share = CFGS[3]
+    for emap_ in (None, emap):
+        ww = (w13, w2, b1, b2) if emap_ is None else (w13_l, w2_l, b1_l, b2_l)
+        h0, o0 = _launch_both(x, ww[0], ww[1], tw, ids, a1, ww[2], ww[3], qh, *NO_SHARE, out_fill=0.0,
+                              expert_map=emap_)
+        h1, o1 = _launch_both(x, ww[0], ww[1], tw, ids, a1, ww[2], ww[3], qh, *share, expert_map=emap_)
+        kept = gemm1_act_ref(x, ww[0], ids, "silu", expert_map=emap_, quant="channel", a_scale=a1,
+                             b_scale=ww[2]).abs().sum(1) > 0
+        assert torch.equal(h0[kept], h1[kept])
+        assert _rel(o1, o0) < 1e-5
+        hq, hs = qh(h1)
+        ref = gemm2_ref(hq, ww[1], ids, tw, expert_map=emap_, quant="channel", a_scale=hs, b_scale=ww[3])
+        assert _rel(o1, ref) < 1e-2
+        if emap_ is not None and skew is None:
+            assert (o1[1] == 0).all()
+
+
+def test_tc_share_block_scales_and_determinism():
+    # fp8 1 x 32 / 16 x 32 block scales per column under SHARE, two runs bitwise equal
+    scheme = SCHEMES[3]
+    quant, block = scheme[0], scheme[4]
+    T, k = 6, 3
+    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H_BLK, I_BLK, seed=5)
+    tw, ids = _routing(T, E, k, seed=8)
+    qh = _quant_h(scheme, 4)
+    runs = [_launch_both(x, w13, w2, tw, ids, a1, b1, b2, qh, *CFGS[3], quant=quant, block_shape=block)
+            for _ in range(2)]
+    assert torch.equal(runs[0][1], runs[1][1])
+    h, out = runs[0]
+    assert _rel(h, gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1, block=block)) < 1e-2
+    hq, hs = qh(h)
+    assert _rel(out, gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=hs, b_scale=b2, block=block)) < 1e-2
+
+
 def test_tc_decode_empty_and_bad_operands():
     scheme = SCHEMES[0]
     x, w13, w2, a1, b1, b2 = _case(scheme, 1, 2, H_ODD, I_ODD)
@@ -164,6 +237,12 @@ def test_tc_config_rules():
     assert (c1["BLOCK_K"], c1["SPLIT_K"]) == (128, 4)
     c2 = tc_config("gemm2", 1, 7168, 256, 8, group_k=128)
     assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 8)
+    assert not c1["SHARE"] and not c2["SHARE"]          # one token: k distinct experts
+    # two tokens on: expert-shared programs, one K slice, no slot groups
+    c1 = tc_config("gemm1", 16, 256, 7168, 8, group_k=128)
+    c2 = tc_config("gemm2", 2, 7168, 256, 8, group_k=128)
+    assert c1["SHARE"] and c1["SPLIT_K"] == 1 and c2["SHARE"] and c2["GROUPS"] == 1
+    assert tc_config("gemm1", 16, 256, 7168, 8, group_k=128, share=False)["SPLIT_K"] == 2
 
 
 def test_tc_slots_are_the_decode_kernels():
@@ -176,10 +255,10 @@ def test_tc_slots_are_the_decode_kernels():
 @pytest.mark.gpu
 @pytest.mark.parametrize("model,tp,scheme", [("qwen3-30b-a3b", 1, "fp8_channel"), ("qwen3-30b-a3b", 1, "int8_channel"),
                                              ("deepseek-v3", 8, "fp8_block"), ("qwen3-30b-a3b", 1, "fp8_tensor")])
-@pytest.mark.parametrize("T", [1, 2, 5])
+@pytest.mark.parametrize("T", [1, 2, 5, 16])
 def test_gpu_tc_decode_real_sizes(model, tp, scheme, T):
-    # the real shapes with tc_config's own splits, random bf16 inputs quantized by the
-    # scheme's kernels: against the reference of the same math (activations quantized)
+    # the real shapes with tc_config's own splits (expert-shared from T=2 on; T=16: 128 pairs),
+    # random bf16 inputs quantized by the scheme's kernels: against the reference of the same math (activations quantized)
     if not _CUDA or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("fp8 / int8 wgmma tiles: sm90")
     from fusedmoe.bench.harness import make_weights

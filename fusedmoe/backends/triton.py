@@ -706,6 +706,11 @@ def _decode_tiles(config, quant, platform, T) -> str:
             + (" (slots first)" if dk.gemm2_slots_first() else ""))
 
 
+def _tc_share(pairs: int, top_k: int) -> bool:
+    from ..kernels.decode_tc import tc_share
+    return tc_share(pairs, top_k)
+
+
 def _variants(config, quant, platform):
     try:
         lc = launch_configs(config, quant, platform)
@@ -723,13 +728,19 @@ def _variants(config, quant, platform):
             pdl = decode_pdl_ok(platform) and not (chained and quant.method == QuantMethod.FP8_TENSOR)
             chain = ("; quantize x, GEMM1, requantize h, GEMM2 as one programmatic dependent launch chain"
                      if chained else "; GEMM2 a programmatic dependent launch of GEMM1")
-            out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): GEMM1 per (pair, N tile), no align; "
-                             "GEMM2 per (token, N tile) with the k-sum fused, no reduce"
+            shared = tc and _tc_share(T * config.top_k, config.top_k)
+            out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): "
+                             + ("GEMM1 and GEMM2 per (expert, N tile): each expert's weight tiles read once "
+                                "for all its pairs (up to 16 a program, FUSEDMOE_DECODE_SHARE), no align; "
+                                "GEMM2's k-sum in slot order by each token's last program, no reduce" if shared else
+                                "GEMM1 per (pair, N tile), no align; GEMM2 per (token, N tile) with the k-sum "
+                                "fused, no reduce")
                              + ("" if tc else _decode_tiles(config, quant, platform, T))
                              + (f"; 8-bit weights, 16-bit activations (FUSEDMOE_W8A8_DECODE={mode}: "
                                 "no activation quantization at this T)" if a16 else "")
                              + (f"; 8-bit x 8-bit GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE={mode}, "
                                 "kernels/decode_tc.py)" if tc else "")
+
                              + (chain if pdl else ""))
             continue
         c1, c2 = lc.get(T)

@@ -43,6 +43,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import env
+from .decode import _local_experts
 from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
 from .quantize import gdc_launch_dependents, gdc_wait
@@ -63,11 +65,12 @@ def _local_expert(ids_ptr, map_ptr, s, ok, num_global, E, HAS_MAP: tl.constexpr)
 
 
 @triton.jit
-def _tile_dot(w_ptrs, a_ptrs, k_ok, cols, INT8: tl.constexpr):
-    """[ROWS, 16] = w [ROWS, BK] @ a [BK, 16] with a's row of BK values in column 0, masked
-    to zero where k_ok [BK] is False (past K; everywhere for a dropped pair)."""
+def _tile_dot(w_ptrs, a_ptrs, k_ok, col_ok, INT8: tl.constexpr):
+    """[ROWS, 16] = w [ROWS, BK] @ a [BK, 16]: a's columns are activation rows where col_ok
+    [16] (column 0 alone, or the pairs of one expert: SHARE), masked to zero where k_ok [BK]
+    is False (past K; everywhere for a dropped pair)."""
     w = tl.load(w_ptrs, mask=k_ok[None, :], other=0.0)
-    a = tl.load(a_ptrs, mask=k_ok[:, None] & (cols[None, :] == 0), other=0.0)
+    a = tl.load(a_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
     if INT8:
         return tl.dot(w, a, out_dtype=tl.int32)
     return tl.dot(w, a)
@@ -116,6 +119,42 @@ def _gather(slot, stride, ticket, PARTS: tl.constexpr, N: tl.constexpr):
     return v
 
 
+@triton.jit
+def _share(ids_ptr, map_ptr, s, n, num_global, E, HAS_MAP: tl.constexpr, NP: tl.constexpr,
+           COLS: tl.constexpr):
+    """SHARE: the pairs of pair ``s``'s expert, COLS at a time, so that one program reads the
+    expert's weight tile once for all of them (its activation rows in the MMA's columns).
+    Returns (e, lead, pairs [COLS], ok [COLS]): e pair s's local expert (-1: dropped); lead:
+    e >= 0 and s is the first of its group of COLS among the pairs of e in pair order (the
+    other programs of the group do nothing); pairs[c] the group's c-th pair, where ok[c].
+    ``n`` pairs, NP >= n a power of two."""
+    i = tl.arange(0, NP)
+    es = _local_experts(ids_ptr, map_ptr, i, i < n, num_global, E, HAS_MAP)
+    e = tl.sum(tl.where(i == s, es, 0), axis=0)
+    match = (es == e) & (e >= 0)
+    rank = tl.cumsum(match.to(tl.int32), axis=0) - 1                  # a matching pair's rank
+    mine = tl.sum((match & (i < s)).to(tl.int32), axis=0)              # pair s's rank
+    lead = (e >= 0) & (mine % COLS == 0)
+    c = tl.arange(0, COLS)
+    sel = match[None, :] & (rank[None, :] == (mine + c)[:, None])      # [COLS, NP]
+    pairs = tl.sum(tl.where(sel, i[None, :], 0), axis=1)
+    ok = tl.sum(sel.to(tl.int32), axis=1) > 0
+    return e, lead, pairs, ok
+
+
+@triton.jit
+def _col_scale(as_cols, ok, k0, stride_ask, A_SCALE: tl.constexpr, GROUP_K: tl.constexpr,
+               TILE: tl.constexpr, WHOLE: tl.constexpr):
+    """SHARE: [COLS] fp32 activation factor of each column's row (``as_cols``: the rows'
+    scale pointers): TILE the block scale of the K tile at k0, WHOLE the tensor / row one."""
+    f = tl.full(ok.shape, 1.0, dtype=tl.float32)
+    if TILE and A_SCALE == 3:
+        f = tl.load(as_cols + (k0 // GROUP_K) * stride_ask, mask=ok, other=1.0)
+    if WHOLE and (A_SCALE == 1 or A_SCALE == 2):
+        f = f * tl.load(as_cols, mask=ok, other=1.0)
+    return f
+
+
 @triton.jit(do_not_specialize=["num_global"])
 def _tc_gemm1_kernel(
     x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, ids_ptr, map_ptr, part_ptr, sync_ptr,
@@ -127,10 +166,12 @@ def _tc_gemm1_kernel(
     HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, SHARE: tl.constexpr = False,
+    NP: tl.constexpr = 16,
 ):
     """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
-    expert (ROWS = 2 BN; BN rows when not gated) over its K slice."""
+    expert (ROWS = 2 BN; BN rows when not gated) over its K slice. SHARE (SPLIT_K 1): the
+    pair's program leads the pairs of its expert (_share) or does nothing."""
     if PDL:
         gdc_launch_dependents()
     if PDL_WAIT:
@@ -138,19 +179,28 @@ def _tc_gemm1_kernel(
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     s = tl.program_id(2).to(tl.int64)
-    e = _local_expert(ids_ptr, map_ptr, s, s >= 0, num_global, E, HAS_MAP)
-    if e >= 0:
+    cols = tl.arange(0, 16)
+    if SHARE:
+        tl.static_assert(SPLIT_K == 1, "SHARE: one K slice")
+        e, go, prs, col_ok = _share(ids_ptr, map_ptr, s, tl.num_programs(2), num_global, E, HAS_MAP, NP, 16)
+    else:
+        e = _local_expert(ids_ptr, map_ptr, s, s >= 0, num_global, E, HAS_MAP)
+        go = e >= 0
+        prs = s + cols * 0
+        col_ok = cols == 0
+    if go:
         ROWS: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
         r = tl.arange(0, ROWS)
         offs_n = pid_n * BLOCK_N + r % BLOCK_N
         wrows = tl.where(offs_n < N_OUT, offs_n, 0) + (r // BLOCK_N) * N_OUT       # gate rows, then up rows
         e64 = e.to(tl.int64)
         t = s // TOP_K
+        toks = prs.to(tl.int64) // TOP_K                                         # [16]: each column's token
         kk = tl.arange(0, BLOCK_K)
-        cols = tl.arange(0, 16)
         w_rows = w_ptr + e64 * stride_we + wrows.to(tl.int64)[:, None] * stride_wn
-        x_row = x_ptr + t * stride_xm + cols[None, :] * 0
+        x_row = x_ptr + toks[None, :] * stride_xm
         as_ptr = a_scale_ptr + t * stride_asm
+        as_cols = a_scale_ptr + toks * stride_asm
         bs_e = b_scale_ptr + e64 * stride_bse
         per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
         k_lo = pid_k * per
@@ -161,27 +211,40 @@ def _tc_gemm1_kernel(
             acc = tl.zeros((ROWS, 16), dtype=tl.float32)
         for k0 in range(k_lo, k_hi, BLOCK_K):
             ks = k0 + kk
-            part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K, cols, INT8)
-            if A_SCALE == 3 or B_SCALE == 3:
+            part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K, col_ok, INT8)
+            if SHARE and (A_SCALE == 3 or B_SCALE == 3):
+                f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
+                               0, B_SCALE, GROUP_N, GROUP_K, True, False)
+                acc += part.to(tl.float32) * (f[:, None] * _col_scale(as_cols, col_ok, k0, stride_ask, A_SCALE,
+                                                                       GROUP_K, True, False)[None, :])
+            elif A_SCALE == 3 or B_SCALE == 3:
                 acc += part.to(tl.float32) * _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
                                                         A_SCALE, B_SCALE, GROUP_N, GROUP_K, True, False)[:, None]
             else:
                 acc += part
-        v = tl.sum(acc.to(tl.float32), axis=1)                                    # [ROWS]: column 0
-        v = v * _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
-                           A_SCALE, B_SCALE, GROUP_N, GROUP_K, False, True)
-        if SPLIT_K > 1:
-            tiles = tl.num_programs(0)
-            slot = part_ptr + (s * SPLIT_K) * (tiles * ROWS) + pid_n * ROWS + r
-            ticket = sync_ptr + s * tiles + pid_n
-            if _publish(v, slot, pid_k, tiles * ROWS, ticket) == SPLIT_K - 1:     # the last split
-                v = _gather(slot, tiles * ROWS, ticket, SPLIT_K, ROWS)
-                _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
-                              stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS,
-                              BLOCK_N)
+        if SHARE:
+            f = _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
+                           0, B_SCALE, GROUP_N, GROUP_K, False, True)
+            v2 = acc.to(tl.float32) * (f[:, None] * _col_scale(as_cols, col_ok, 0, stride_ask, A_SCALE, GROUP_K,
+                                                               False, True)[None, :])
+            _gemm1_finish_cols(v2, e64, prs, col_ok, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
+                               stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS, BLOCK_N)
         else:
-            _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
-                          stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS, BLOCK_N)
+            v = tl.sum(acc.to(tl.float32), axis=1)                                # [ROWS]: column 0
+            v = v * _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
+                               A_SCALE, B_SCALE, GROUP_N, GROUP_K, False, True)
+            if SPLIT_K > 1:
+                tiles = tl.num_programs(0)
+                slot = part_ptr + (s * SPLIT_K) * (tiles * ROWS) + pid_n * ROWS + r
+                ticket = sync_ptr + s * tiles + pid_n
+                if _publish(v, slot, pid_k, tiles * ROWS, ticket) == SPLIT_K - 1:     # the last split
+                    v = _gather(slot, tiles * ROWS, ticket, SPLIT_K, ROWS)
+                    _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
+                                  stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS,
+                                  BLOCK_N)
+            else:
+                _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
+                              stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS, BLOCK_N)
 
 
 @triton.jit
@@ -202,6 +265,27 @@ def _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, st
     out = _activation(g, u, ACT, HAS_LIMIT, limit, alpha)
     offs = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     tl.store(h_ptr + s * stride_hm + offs * stride_hn, out.to(h_ptr.dtype.element_ty), mask=offs < N_OUT)
+
+
+@triton.jit
+def _gemm1_finish_cols(v, e64, prs, col_ok, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
+                       stride_bias_e, stride_bias_n, limit, alpha, GATED: tl.constexpr, ACT: tl.constexpr,
+                       HAS_LIMIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """SHARE: v [ROWS, 16] (column c: pair prs[c], where col_ok) -> bias, activation, h rows."""
+    if HAS_BIAS:
+        v += tl.load(bias_ptr + e64 * stride_bias_e + wrows * stride_bias_n).to(tl.float32)[:, None]
+    if GATED:
+        v3 = tl.reshape(v, (2, BLOCK_N, 16))
+        first = tl.arange(0, 2)[:, None, None] == 0
+        g = tl.sum(tl.where(first, v3, 0.0), axis=0)
+        u = tl.sum(tl.where(first, 0.0, v3), axis=0)
+    else:
+        g = v
+        u = v
+    out = _activation(g, u, ACT, HAS_LIMIT, limit, alpha)                     # [BN, 16]
+    offs = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(h_ptr + prs.to(tl.int64)[None, :] * stride_hm + offs[:, None] * stride_hn,
+             out.to(h_ptr.dtype.element_ty), mask=(offs < N_OUT)[:, None] & col_ok[None, :])
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -243,7 +327,7 @@ def _tc_gemm2_kernel(
         ks = k0 + kk
         part = _tile_dot(w_rows + e64 * stride_we + ks[None, :] * stride_wk,
                          h_ptr + s * stride_hm + ks[:, None] * stride_hk + cols[None, :] * 0,
-                         ks < tl.where(keep, K, 0), cols, INT8).to(tl.float32)
+                         ks < tl.where(keep, K, 0), cols == 0, INT8).to(tl.float32)
         as_ptr = a_scale_ptr + s * stride_asm
         bs_e = b_scale_ptr + e64 * stride_bse
         f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
@@ -275,18 +359,122 @@ def _tc_gemm2_kernel(
         tl.store(out_ptr + t * stride_om + offs_n * stride_on, v.to(out_ptr.dtype.element_ty), mask=n_ok)
 
 
+@triton.jit(do_not_specialize=["num_global"])
+def _tc_gemm2_share_kernel(
+    h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, part_ptr, sync_ptr,
+    N_OUT, K, num_global, E,
+    stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
+    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    TOP_K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, MUL_W: tl.constexpr,
+    A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
+    INT8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NP: tl.constexpr, KP: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    """SHARE. Grid (N tiles, pairs). A leading program (_share) reads BN rows of its expert's
+    w2 once for all the expert's pairs (up to 16, one a column) and stores each pair's
+    weighted contribution y[pair] (fp32, ``part`` [pairs, tiles * BN]); then it takes a ticket
+    of each column's (token, N tile). The program bringing a token's count to its number of
+    kept slots sums the token's y rows in slot order (fixed: bitwise reproducible, whichever
+    program it is), writes out and puts the ticket back to 0. A token with no kept slot gets
+    zeros from its first slot's program."""
+    if PDL:
+        gdc_wait()
+    pid_n = tl.program_id(0)
+    s = tl.program_id(1).to(tl.int64)
+    tiles = tl.num_programs(0)
+    n_pad = tiles * BLOCK_N
+    r = tl.arange(0, BLOCK_N)
+    offs_n = pid_n * BLOCK_N + r
+    n_ok = offs_n < N_OUT
+    wrows = tl.where(n_ok, offs_n, 0)
+    j = tl.arange(0, KP)
+    if s % TOP_K == 0:                                 # a token whose slots are all dropped: zeros
+        e_t = _local_experts(ids_ptr, map_ptr, s + j, j < TOP_K, num_global, E, HAS_MAP)
+        if tl.sum((e_t >= 0).to(tl.int32), axis=0) == 0:
+            tl.store(out_ptr + (s // TOP_K) * stride_om + offs_n * stride_on,
+                     tl.zeros((BLOCK_N,), dtype=out_ptr.dtype.element_ty), mask=n_ok)
+    e, lead, prs, ok = _share(ids_ptr, map_ptr, s, tl.num_programs(1), num_global, E, HAS_MAP, NP, 16)
+    if lead:
+        e64 = e.to(tl.int64)
+        prs64 = prs.to(tl.int64)
+        kk = tl.arange(0, BLOCK_K)
+        w_rows = w_ptr + e64 * stride_we + wrows.to(tl.int64)[:, None] * stride_wn
+        h_cols = h_ptr + prs64[None, :] * stride_hm
+        as_ptr = a_scale_ptr
+        as_cols = a_scale_ptr + prs64 * stride_asm
+        bs_e = b_scale_ptr + e64 * stride_bse
+        if INT8 and A_SCALE != 3 and B_SCALE != 3:
+            acc = tl.zeros((BLOCK_N, 16), dtype=tl.int32)
+        else:
+            acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + kk
+            part = _tile_dot(w_rows + ks[None, :] * stride_wk, h_cols + ks[:, None] * stride_hk, ks < K, ok, INT8)
+            if A_SCALE == 3 or B_SCALE == 3:
+                f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
+                               0, B_SCALE, GROUP_N, GROUP_K, True, False)
+                acc += part.to(tl.float32) * (f[:, None] * _col_scale(as_cols, ok, k0, stride_ask, A_SCALE,
+                                                                       GROUP_K, True, False)[None, :])
+            else:
+                acc += part
+        f = _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
+                       0, B_SCALE, GROUP_N, GROUP_K, False, True)
+        y = acc.to(tl.float32) * (f[:, None] * _col_scale(as_cols, ok, 0, stride_ask, A_SCALE, GROUP_K,
+                                                          False, True)[None, :])
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + e64 * stride_bias_e + wrows * stride_bias_n).to(tl.float32)[:, None]
+        if MUL_W:
+            y = y * tl.load(topk_w_ptr + prs64, mask=ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(part_ptr + prs64[None, :] * n_pad + offs_n[:, None], y, mask=ok[None, :])
+        tl.debug_barrier()                             # every thread's y before the release
+        toks = prs64 // TOP_K
+        tickets = sync_ptr + toks * tiles + pid_n
+        old = tl.atomic_add(tickets, 1, mask=ok, sem="acq_rel", scope="gpu")
+        e_t = _local_experts(ids_ptr, map_ptr, toks[:, None] * TOP_K + j[None, :], ok[:, None] & (j < TOP_K)[None, :],
+                             num_global, E, HAS_MAP)                                   # [16, KP]
+        last = ok & (old == tl.sum((e_t >= 0).to(tl.int32), axis=1) - 1)
+        if tl.sum(last.to(tl.int32), axis=0) > 0:
+            v = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
+            for jj in tl.static_range(TOP_K):
+                sj = toks * TOP_K + jj
+                kept = last & (_local_experts(ids_ptr, map_ptr, sj, last, num_global, E, HAS_MAP) >= 0)
+                v += tl.load(part_ptr + sj[None, :] * n_pad + offs_n[:, None], mask=kept[None, :], other=0.0,
+                             cache_modifier=".cg")
+            tl.store(out_ptr + toks[None, :] * stride_om + offs_n[:, None] * stride_on,
+                     v.to(out_ptr.dtype.element_ty), mask=n_ok[:, None] & last[None, :])
+            tl.store(tickets, tl.zeros_like(old), mask=last)
+
+
 # ----------------------------------------------------------------------------------------
+def tc_share(pairs: int, top_k: int) -> bool:
+    """Whether the tensor-core decode GEMMs run expert-shared (``SHARE``): one program reads an
+    expert's weight tile once for all the pairs routed to it (up to 16, one an MMA column)
+    instead of once a pair. FUSEDMOE_DECODE_SHARE where set, else from two tokens on (one
+    token's k slots are k distinct experts: nothing to share). Why: at T = 4..16 a pair-per-
+    program decode reads 1.1-1.3x the bytes of the experts hit (qwen3 T=8: 64 pairs on ~50.5
+    distinct experts), and it ran at ~97% of copy bandwidth on what it read."""
+    v = env.decode_share()
+    if v is not None:
+        return v
+    return pairs > top_k
+
+
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
-              group_k: Optional[int] = None, num_sms: int = 132) -> dict:
+              group_k: Optional[int] = None, num_sms: int = 132, share: Optional[bool] = None) -> dict:
     """Launch config of one tensor-core decode GEMM: BLOCK_N, BLOCK_K, SPLIT_K (gemm1) or
-    GROUPS (gemm2), num_warps, num_stages.
+    GROUPS (gemm2), SHARE, num_warps, num_stages.
 
     ROWS = 64 weight rows a program (one wgmma M; GEMM1 gated: 32 gate + 32 up rows), BK
     256 bytes of each row a K step (16 KB a stage), or the block scales' group. GEMM1 splits
     K (powers of two) only while its tiles fill less than one wave of programs (the ticket
     and the partials' round trip cost: qwen3 fp8 T=1 11.2 us unsplit vs 13.8 with 2 splits),
     GEMM2 splits the slots while there are fewer than 4 programs per SM (qwen3 and deepseek
-    tp8: one slot a program measured best). H100, benchmarks/decode_ab.py section T."""
+    tp8: one slot a program measured best). H100, benchmarks/decode_ab.py section T.
+    ``share`` (None: ``tc_share``): expert-shared programs; GEMM1 then takes one K slice, and
+    GEMM2 a program a (pair, N tile) with its own k-sum (GROUPS 1)."""
+    pairs = pairs_or_tokens if gemm == "gemm1" else pairs_or_tokens * top_k
+    if share is None:
+        share = tc_share(pairs, top_k)
     bk = 256
     if group_k is not None:
         while bk > 16 and group_k % bk:
@@ -298,15 +486,15 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         tiles = cdiv(n_out, bn) * pairs_or_tokens
         nk = cdiv(K, bk)
         split = 1
-        while split < 8 and tiles * split < num_sms and cdiv(nk, 2 * split) >= 2:
+        while not share and split < 8 and tiles * split < num_sms and cdiv(nk, 2 * split) >= 2:
             split *= 2
-        return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4, num_stages=4)
+        return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=4)
     bn = 64
     tiles = cdiv(n_out, bn) * pairs_or_tokens
     groups = 1
-    while groups < top_k and tiles * groups < 4 * num_sms:
+    while not share and groups < top_k and tiles * groups < 4 * num_sms:
         groups *= 2
-    return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), num_warps=4, num_stages=4)
+    return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4, num_stages=4)
 
 
 def _check(a, w, quant, block_shape, bk) -> None:
@@ -319,12 +507,15 @@ def _check(a, w, quant, block_shape, bk) -> None:
 
 def scratch_sizes(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dict, gated: bool = True) -> tuple:
     """((fp32 partials, int32 tickets) of GEMM1, the same of GEMM2): element counts for T
-    tokens. Each GEMM gets its own scratch (a GEMM2 may start before GEMM1 ends: PDL)."""
+    tokens (a SHARE GEMM2's partials: every pair's y). Each GEMM gets its own scratch (a GEMM2 may start before GEMM1 ends: PDL)."""
     rows = 2 * cfg1["BLOCK_N"] if gated else cfg1["BLOCK_N"]
     t1 = cdiv(n_out1, cfg1["BLOCK_N"])
     t2 = cdiv(H, cfg2["BLOCK_N"])
     part1 = T * top_k * cfg1["SPLIT_K"] * t1 * rows if cfg1["SPLIT_K"] > 1 else 1
-    part2 = T * cfg2["GROUPS"] * t2 * cfg2["BLOCK_N"] if cfg2["GROUPS"] > 1 else 1
+    if cfg2.get("SHARE"):
+        part2 = T * top_k * t2 * cfg2["BLOCK_N"]       # y: each pair's contribution
+    else:
+        part2 = T * cfg2["GROUPS"] * t2 * cfg2["BLOCK_N"] if cfg2["GROUPS"] > 1 else 1
     return (part1, T * top_k * t1), (part2, T * t2)
 
 
@@ -349,6 +540,16 @@ def _common(a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_sha
     return ((sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk),
             dict(HAS_BIAS=bias is not None, HAS_MAP=expert_map is not None, A_SCALE=a_mode, B_SCALE=b_mode,
                  GROUP_N=gn, GROUP_K=gk, INT8=a.dtype == torch.int8))
+
+
+def _share_consts(config: dict, pairs: int) -> dict:
+    """The SHARE constexprs of a launch: NP, the pair ids' power-of-two vector length (a kernel
+    a power of two of pairs), only when shared."""
+    if not config.get("SHARE"):
+        return {}
+    if config.get("SPLIT_K", 1) != 1:
+        raise ValueError(f"tensor-core decode: SHARE takes SPLIT_K 1, got {config['SPLIT_K']}")
+    return dict(SHARE=True, NP=max(16, next_power_of_2(pairs)))
 
 
 # positions of the per-call tensors in the launch arguments (launcher.Bound slots)
@@ -380,7 +581,8 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, BLOCK_N=config["BLOCK_N"],
-            BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait, **consts),
+            BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait,
+            **_share_consts(config, T * k), **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl_wait)
 
 
@@ -398,6 +600,14 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
     groups = config["GROUPS"]
     (sa, sb, ids, emap), counts, strides, consts = _common(h, w2, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
+    if config.get("SHARE"):
+        return (_tc_gemm2_share_kernel, (cdiv(H, config["BLOCK_N"]), T * k), (
+            h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
+            H, K, *counts,
+            *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
+        ), dict(TOP_K=k, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
+                KP=next_power_of_2(k), NP=_share_consts(config, T * k)["NP"], PDL=pdl, **consts),
+            config.get("num_warps", 4), config.get("num_stages", 4), pdl)
     return (_tc_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), groups, T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
         H, K, *counts,
