@@ -143,10 +143,14 @@ def test_tc_decode_deterministic_and_scratch_left_zero():
 
 
 def _launch_both(x, w13, w2, tw, ids, a1, b1, b2, qh, c1, c2, out_fill=float("nan"), **kw):
-    """(h, out) of the two launches with ``out`` prefilled (NaN: every row must be written)
-    and the scratch checked left zero."""
-    from fusedmoe.kernels.decode_tc import tc_gemm2_launch
+    """(h, out) of the launches with ``out`` prefilled (NaN: every row must be written) and the
+    scratch checked left zero; SHARE configs get their table (prefilled with junk) first."""
+    from fusedmoe.kernels.decode_tc import share_table_launch, tc_gemm2_launch
     T, k = ids.shape
+    if c1.get("SHARE") or c2.get("SHARE"):
+        table = torch.full((T * k, 16), 7, dtype=torch.int32, device=DEV)
+        launch(*share_table_launch(ids, table, w13.shape[0], expert_map=kw.get("expert_map")))
+        kw["table"] = table
     I_ = w2.shape[2]
     (p1, s1), (p2, s2) = scratch(T, k, I_, w2.shape[1], c1, c2, True, DEV)
     h = torch.empty(T * k, I_, dtype=torch.bfloat16, device=DEV)
@@ -237,11 +241,18 @@ def test_tc_config_rules():
     assert (c1["BLOCK_K"], c1["SPLIT_K"]) == (128, 4)
     c2 = tc_config("gemm2", 1, 7168, 256, 8, group_k=128)
     assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 8)
-    assert not c1["SHARE"] and not c2["SHARE"]          # one token: k distinct experts
-    # two tokens on: expert-shared programs, one K slice, no slot groups
-    c1 = tc_config("gemm1", 16, 256, 7168, 8, group_k=128)
-    c2 = tc_config("gemm2", 2, 7168, 256, 8, group_k=128)
-    assert c1["SHARE"] and c1["SPLIT_K"] == 1 and c2["SHARE"] and c2["GROUPS"] == 1
+    assert not c1["SHARE"] and not c2["SHARE"]          # no expert count given: never shared
+    # expert-shared from E / 2 pairs on (qwen3 E=128: T=8), with one K slice and no slot groups;
+    # never for one token (k distinct experts), whatever E
+    kw = dict(num_experts=128)
+    assert not tc_config("gemm1", 32, 768, 2048, 8, **kw)["SHARE"]
+    assert not tc_config("gemm2", 4, 2048, 768, 8, **kw)["SHARE"]
+    c1 = tc_config("gemm1", 64, 768, 2048, 8, **kw)
+    c2 = tc_config("gemm2", 8, 2048, 768, 8, **kw)
+    assert c1["SHARE"] and c1["SPLIT_K"] == 1 and c2["SHARE"] and c2["GROUPS"] == 1 and c2["num_stages"] == 2
+    assert not tc_config("gemm1", 8, 768, 2048, 8, num_experts=8)["SHARE"]
+    c1 = tc_config("gemm1", 16, 256, 7168, 8, group_k=128, num_experts=16)
+    assert c1["SHARE"] and c1["SPLIT_K"] == 1
     assert tc_config("gemm1", 16, 256, 7168, 8, group_k=128, share=False)["SPLIT_K"] == 2
 
 

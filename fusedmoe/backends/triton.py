@@ -532,7 +532,9 @@ class TritonExperts(Experts):
         emap = flat if expert_map is None else expert_map
         if plan is None or out.stride() != plan[3]:
             return self._bind_decode(key, x, x_scale, ids, tw, h, out, expert_map, mode)
-        b1, b2 = plan[0], plan[1]
+        b1, b2, b0 = plan[0], plan[1], plan[4]
+        if b0 is not None:
+            b0.fast(flat, emap)
         if x_scale is None:
             b1.fast(x, h, flat, emap)
         else:
@@ -545,24 +547,30 @@ class TritonExperts(Experts):
         return out
 
     def _tc_launches(self, x, h, ids, out, expert_map):
-        """(gemm1_launch, gemm2_launch) of kernels/decode_tc.py with this shape's scratch
-        (fp32 partials, int32 tickets: zero now, left zero by every launch) bound in."""
+        """(gemm1_launch, gemm2_launch, table_launch or None) of kernels/decode_tc.py with this
+        shape's scratch (fp32 partials, int32 tickets: zero now, left zero by every launch) and
+        SHARE table bound in; the table's launch runs before GEMM1 (tc_share)."""
         from ..kernels import decode_tc as tc
         from ..kernels.grouped_gemm import _num_sms
         c = self.config
         T, k = ids.shape
         gk = self.block_shape[1] if self.quant_mode == "block" else None
         nsm = _num_sms(x.device)
-        c1 = tc.tc_config("gemm1", T * k, h.shape[1], c.hidden_size, k, c.is_gated, gk, nsm)
-        c2 = tc.tc_config("gemm2", T, c.hidden_size, h.shape[1], k, group_k=gk, num_sms=nsm)
+        E = c.num_local_experts
+        c1 = tc.tc_config("gemm1", T * k, h.shape[1], c.hidden_size, k, c.is_gated, gk, nsm, num_experts=E)
+        c2 = tc.tc_config("gemm2", T, c.hidden_size, h.shape[1], k, group_k=gk, num_sms=nsm, num_experts=E)
         s1, s2 = tc.scratch(T, k, h.shape[1], c.hidden_size, c1, c2, c.is_gated, x.device)
+        table = tc.share_table(T, k, x.device) if c1["SHARE"] or c2["SHARE"] else None
 
         def g1(*a, **kw):
-            return tc.tc_gemm1_launch(*a[:5], *s1, config=c1, **kw)
+            return tc.tc_gemm1_launch(*a[:5], *s1, config=c1, table=table, **kw)
 
         def g2(*a, **kw):
-            return tc.tc_gemm2_launch(*a[:5], *s2, config=c2, **kw)
-        return g1, g2
+            return tc.tc_gemm2_launch(*a[:5], *s2, config=c2, table=table, **kw)
+
+        def g0(ids, expert_map, pdl):
+            return tc.share_table_launch(ids, table, E, expert_map=expert_map, pdl=pdl)
+        return g1, g2, (g0 if table is not None else None)
 
     def _bind_decode(self, key, x, x_scale, ids, tw, h, out, expert_map, mode):
         from ..kernels import decode as dk
@@ -570,8 +578,11 @@ class TritonExperts(Experts):
         from ..kernels.launcher import bind
         c, w = self.config, self.weights
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
+        b0 = None
         if mode.tc and x.element_size() == 1:     # (the tc slots are decode.py's: same positions)
-            gemm1_launch, gemm2_launch = self._tc_launches(x, h, ids, out, expert_map)
+            gemm1_launch, gemm2_launch, table_launch = self._tc_launches(x, h, ids, out, expert_map)
+            if table_launch is not None:          # SHARE: the table, a link of the chain before GEMM1
+                b0 = bind(*table_launch(ids, expert_map, mode.chain), slots=(0, 1))
         else:
             gemm1_launch, gemm2_launch = dk.gemm1_launch, dk.gemm2_launch
         names = ("out", "ids", "map")
@@ -589,7 +600,7 @@ class TritonExperts(Experts):
         b2 = bind(*spec, slots=slots)
         if len(self._plans) >= 16:
             self._plans.clear()
-        self._plans[key] = (b1, b2, h, out.stride())
+        self._plans[key] = (b1, b2, h, out.stride(), b0)
         return out
 
     def _apply_grouped(self, prep, ws, expert_map):
@@ -706,9 +717,9 @@ def _decode_tiles(config, quant, platform, T) -> str:
             + (" (slots first)" if dk.gemm2_slots_first() else ""))
 
 
-def _tc_share(pairs: int, top_k: int) -> bool:
+def _tc_share(pairs: int, top_k: int, num_experts: int) -> bool:
     from ..kernels.decode_tc import tc_share
-    return tc_share(pairs, top_k)
+    return tc_share(pairs, top_k, num_experts)
 
 
 def _variants(config, quant, platform):
@@ -728,7 +739,7 @@ def _variants(config, quant, platform):
             pdl = decode_pdl_ok(platform) and not (chained and quant.method == QuantMethod.FP8_TENSOR)
             chain = ("; quantize x, GEMM1, requantize h, GEMM2 as one programmatic dependent launch chain"
                      if chained else "; GEMM2 a programmatic dependent launch of GEMM1")
-            shared = tc and _tc_share(T * config.top_k, config.top_k)
+            shared = tc and _tc_share(T * config.top_k, config.top_k, config.num_local_experts)
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): "
                              + ("GEMM1 and GEMM2 per (expert, N tile): each expert's weight tiles read once "
                                 "for all its pairs (up to 16 a program, FUSEDMOE_DECODE_SHARE), no align; "

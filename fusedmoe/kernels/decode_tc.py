@@ -143,6 +143,33 @@ def _share(ids_ptr, map_ptr, s, n, num_global, E, HAS_MAP: tl.constexpr, NP: tl.
 
 
 @triton.jit
+def _share_row(table_ptr, ids_ptr, map_ptr, s, num_global, E, HAS_MAP: tl.constexpr):
+    """SHARE: _share's (e, lead, pairs, ok) for pair ``s``, from the table row
+    _share_table_kernel wrote (one load: the scan runs once, not in every GEMM program)."""
+    c = tl.arange(0, 16)
+    prs = tl.load(table_ptr + s * 16 + c)
+    ok = prs >= 0
+    lead = tl.load(table_ptr + s * 16) >= 0
+    e = _local_expert(ids_ptr, map_ptr, s, s >= 0, num_global, E, HAS_MAP)
+    return e, lead, tl.where(ok, prs, 0), ok
+
+
+@triton.jit(do_not_specialize=["num_global"])
+def _share_table_kernel(ids_ptr, map_ptr, table_ptr, num_global, E, HAS_MAP: tl.constexpr, NP: tl.constexpr,
+                        PDL: tl.constexpr = False):
+    """Grid (pairs,): row s of the share table, _share's pairs where s leads, else -1. PDL: a
+    link of the decode chain (after x's quantization, before GEMM1): lets GEMM1 launch, computes
+    its row, then waits for the kernel before it (so that GEMM1's wait covers both) to store."""
+    if PDL:
+        gdc_launch_dependents()
+    s = tl.program_id(0).to(tl.int64)
+    e, lead, prs, ok = _share(ids_ptr, map_ptr, s, tl.num_programs(0), num_global, E, HAS_MAP, NP, 16)
+    if PDL:
+        gdc_wait()
+    tl.store(table_ptr + s * 16 + tl.arange(0, 16), tl.where(lead & ok, prs, -1))
+
+
+@triton.jit
 def _col_scale(as_cols, ok, k0, stride_ask, A_SCALE: tl.constexpr, GROUP_K: tl.constexpr,
                TILE: tl.constexpr, WHOLE: tl.constexpr):
     """SHARE: [COLS] fp32 activation factor of each column's row (``as_cols``: the rows'
@@ -161,13 +188,12 @@ def _tc_gemm1_kernel(
     N_OUT, K, num_global, E,
     stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha,
+    limit, alpha, table_ptr,
     TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, SHARE: tl.constexpr = False,
-    NP: tl.constexpr = 16,
 ):
     """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
     expert (ROWS = 2 BN; BN rows when not gated) over its K slice. SHARE (SPLIT_K 1): the
@@ -182,7 +208,7 @@ def _tc_gemm1_kernel(
     cols = tl.arange(0, 16)
     if SHARE:
         tl.static_assert(SPLIT_K == 1, "SHARE: one K slice")
-        e, go, prs, col_ok = _share(ids_ptr, map_ptr, s, tl.num_programs(2), num_global, E, HAS_MAP, NP, 16)
+        e, go, prs, col_ok = _share_row(table_ptr, ids_ptr, map_ptr, s, num_global, E, HAS_MAP)
     else:
         e = _local_expert(ids_ptr, map_ptr, s, s >= 0, num_global, E, HAS_MAP)
         go = e >= 0
@@ -364,10 +390,10 @@ def _tc_gemm2_share_kernel(
     h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, part_ptr, sync_ptr,
     N_OUT, K, num_global, E,
     stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
-    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, table_ptr,
     TOP_K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, MUL_W: tl.constexpr,
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-    INT8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NP: tl.constexpr, KP: tl.constexpr,
+    INT8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     """SHARE. Grid (N tiles, pairs). A leading program (_share) reads BN rows of its expert's
@@ -393,7 +419,7 @@ def _tc_gemm2_share_kernel(
         if tl.sum((e_t >= 0).to(tl.int32), axis=0) == 0:
             tl.store(out_ptr + (s // TOP_K) * stride_om + offs_n * stride_on,
                      tl.zeros((BLOCK_N,), dtype=out_ptr.dtype.element_ty), mask=n_ok)
-    e, lead, prs, ok = _share(ids_ptr, map_ptr, s, tl.num_programs(1), num_global, E, HAS_MAP, NP, 16)
+    e, lead, prs, ok = _share_row(table_ptr, ids_ptr, map_ptr, s, num_global, E, HAS_MAP)
     if lead:
         e64 = e.to(tl.int64)
         prs64 = prs.to(tl.int64)
@@ -446,21 +472,29 @@ def _tc_gemm2_share_kernel(
 
 
 # ----------------------------------------------------------------------------------------
-def tc_share(pairs: int, top_k: int) -> bool:
+SHARE_MIN_PAIRS_PER_EXPERT = 0.5   # tc_share: pairs / local experts from which SHARE is on
+
+
+def tc_share(pairs: int, top_k: int, num_experts: Optional[int]) -> bool:
     """Whether the tensor-core decode GEMMs run expert-shared (``SHARE``): one program reads an
     expert's weight tile once for all the pairs routed to it (up to 16, one an MMA column)
-    instead of once a pair. FUSEDMOE_DECODE_SHARE where set, else from two tokens on (one
-    token's k slots are k distinct experts: nothing to share). Why: at T = 4..16 a pair-per-
-    program decode reads 1.1-1.3x the bytes of the experts hit (qwen3 T=8: 64 pairs on ~50.5
-    distinct experts), and it ran at ~97% of copy bandwidth on what it read."""
+    instead of once a pair. FUSEDMOE_DECODE_SHARE where set, else from E / 2 pairs on (and two
+    tokens: one token's k slots are k distinct experts). Why (H100, benchmarks/share_ab.py,
+    docs/BENCHMARKS.md thirtieth section): the pair-per-program GEMMs run at the speed of a pure
+    read of what they read, and with uniform routing a pair's expert is another pair's too in
+    ~8% of pairs at E / 4 pairs, ~20% at E / 2, ~35% at E. SHARE's programs are fewer and each
+    reads its table row first: qwen3 fp8 GEMM1 T=4 (E / 4) 35.5 -> 36.7 us, T=8 (E / 2) 65.3 ->
+    59.0, T=16 125.5 -> 90.7; deepseek-v3 tp8 fp8_block (458 KB programs, ~1.2 waves) T=8 (E / 4)
+    75.4 -> 78.5, T=16 (E / 2) 148.0 -> 140.0. ``num_experts`` None: off."""
     v = env.decode_share()
     if v is not None:
         return v
-    return pairs > top_k
+    return num_experts is not None and pairs > top_k and pairs >= SHARE_MIN_PAIRS_PER_EXPERT * num_experts
 
 
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
-              group_k: Optional[int] = None, num_sms: int = 132, share: Optional[bool] = None) -> dict:
+              group_k: Optional[int] = None, num_sms: int = 132, share: Optional[bool] = None,
+              num_experts: Optional[int] = None) -> dict:
     """Launch config of one tensor-core decode GEMM: BLOCK_N, BLOCK_K, SPLIT_K (gemm1) or
     GROUPS (gemm2), SHARE, num_warps, num_stages.
 
@@ -470,11 +504,13 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     and the partials' round trip cost: qwen3 fp8 T=1 11.2 us unsplit vs 13.8 with 2 splits),
     GEMM2 splits the slots while there are fewer than 4 programs per SM (qwen3 and deepseek
     tp8: one slot a program measured best). H100, benchmarks/decode_ab.py section T.
-    ``share`` (None: ``tc_share``): expert-shared programs; GEMM1 then takes one K slice, and
-    GEMM2 a program a (pair, N tile) with its own k-sum (GROUPS 1)."""
+    ``share`` (None: ``tc_share`` with ``num_experts`` local experts): expert-shared programs;
+    GEMM1 then takes one K slice, and GEMM2 a program a (pair, N tile) with its own k-sum
+    (GROUPS 1) and two stages (its K is short: qwen3 T=16 61.6 -> 50.3 us, 3 or 4 stages
+    slower)."""
     pairs = pairs_or_tokens if gemm == "gemm1" else pairs_or_tokens * top_k
     if share is None:
-        share = tc_share(pairs, top_k)
+        share = tc_share(pairs, top_k, num_experts)
     bk = 256
     if group_k is not None:
         while bk > 16 and group_k % bk:
@@ -494,7 +530,8 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     groups = 1
     while not share and groups < top_k and tiles * groups < 4 * num_sms:
         groups *= 2
-    return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4, num_stages=4)
+    return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4,
+                num_stages=2 if share else 4)
 
 
 def _check(a, w, quant, block_shape, bk) -> None:
@@ -542,14 +579,15 @@ def _common(a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_sha
                  GROUP_N=gn, GROUP_K=gk, INT8=a.dtype == torch.int8))
 
 
-def _share_consts(config: dict, pairs: int) -> dict:
-    """The SHARE constexprs of a launch: NP, the pair ids' power-of-two vector length (a kernel
-    a power of two of pairs), only when shared."""
+def _share_consts(config: dict, table) -> dict:
+    """{'SHARE': True} for a SHARE config (its ``table``, of share_table_launch, checked), else {}."""
     if not config.get("SHARE"):
         return {}
     if config.get("SPLIT_K", 1) != 1:
         raise ValueError(f"tensor-core decode: SHARE takes SPLIT_K 1, got {config['SPLIT_K']}")
-    return dict(SHARE=True, NP=max(16, next_power_of_2(pairs)))
+    if table is None:
+        raise ValueError("tensor-core decode: a SHARE config needs table= (share_table / share_table_launch)")
+    return dict(SHARE=True)
 
 
 # positions of the per-call tensors in the launch arguments (launcher.Bound slots)
@@ -559,7 +597,7 @@ TC_GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
 
 def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map=None, bias=None,
                     swiglu_limit=None, alpha=1.702, limit=7.0, quant="channel", a_scale=None, b_scale=None,
-                    block_shape=None, config=None, pdl=False, pdl_wait=False) -> tuple:
+                    block_shape=None, config=None, pdl=False, pdl_wait=False, table=None) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of GEMM1 (T > 0,
     out given). ``part`` fp32 / ``sync`` int32 scratch of ``scratch_sizes`` (sync zero before
     the first launch; every launch leaves it zero). ``pdl``: let a dependent launch start
@@ -579,16 +617,16 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
         x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap, part, sync,
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
-        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha),
+        float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), table if table is not None else sync,
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait,
-            **_share_consts(config, T * k), **consts),
+            **_share_consts(config, table), **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl_wait)
 
 
 def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_map=None, mul_routed_weight=True,
                     bias=None, quant="channel", a_scale=None, b_scale=None, block_shape=None, config=None,
-                    pdl=False) -> tuple:
+                    pdl=False, table=None) -> tuple:
     """GEMM2's launch as in ``tc_gemm1_launch``. ``pdl``: a programmatic dependent launch
     (waits for the kernel writing h before anything else)."""
     T, k = topk_ids.shape
@@ -600,13 +638,13 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
     groups = config["GROUPS"]
     (sa, sb, ids, emap), counts, strides, consts = _common(h, w2, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
-    if config.get("SHARE"):
+    if _share_consts(config, table):
         return (_tc_gemm2_share_kernel, (cdiv(H, config["BLOCK_N"]), T * k), (
             h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
             H, K, *counts,
-            *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
+            *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides, table if table is not None else sync,
         ), dict(TOP_K=k, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
-                KP=next_power_of_2(k), NP=_share_consts(config, T * k)["NP"], PDL=pdl, **consts),
+                KP=next_power_of_2(k), PDL=pdl, **consts),
             config.get("num_warps", 4), config.get("num_stages", 4), pdl)
     return (_tc_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), groups, T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
@@ -615,6 +653,25 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
     ), dict(TOP_K=k, SLOTS=cdiv(k, groups), GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], PDL=pdl, **consts), config.get("num_warps", 4), config.get("num_stages", 4),
         pdl)
+
+
+def share_table(T: int, top_k: int, device) -> torch.Tensor:
+    """The SHARE GEMMs' table (int32 [T * k, 16]: row s the pairs pair s leads, else -1),
+    written by share_table_launch before GEMM1 of every call."""
+    return torch.empty(T * top_k, 16, dtype=torch.int32, device=device)
+
+
+def share_table_launch(topk_ids, table, num_experts: int, *, expert_map=None, pdl=False) -> tuple:
+    """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of the share table
+    (``table`` of ``share_table``; ``num_experts`` local). ``pdl``: a programmatic dependent
+    launch after the kernel writing x (it waits for it before storing, see the kernel)."""
+    T, k = topk_ids.shape
+    ids = topk_ids.reshape(-1)
+    if not ids.is_contiguous():
+        ids = ids.contiguous()
+    emap, num_global = (ids, num_experts) if expert_map is None else (expert_map, expert_map.numel())
+    return (_share_table_kernel, (T * k,), (ids, emap, table, num_global, num_experts),
+            dict(HAS_MAP=expert_map is not None, NP=max(16, next_power_of_2(T * k)), PDL=pdl), 4, 1, pdl)
 
 
 def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale=None, w13_scale=None,
@@ -635,14 +692,19 @@ def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale
         return h, out
     gk = block_shape[1] if quant == "block" else None
     nsm = _num_sms(xq.device)
-    c1 = config1 or tc_config("gemm1", T * k, n_out, H, k, gated, gk, nsm)
-    c2 = config2 or tc_config("gemm2", T, H, n_out, k, group_k=gk, num_sms=nsm)
+    E = w13.shape[0]
+    c1 = config1 or tc_config("gemm1", T * k, n_out, H, k, gated, gk, nsm, num_experts=E)
+    c2 = config2 or tc_config("gemm2", T, H, n_out, k, group_k=gk, num_sms=nsm, num_experts=E)
     (part1, sync1), (part2, sync2) = scratch(T, k, n_out, H, c1, c2, gated, xq.device)
+    table = None
+    if c1.get("SHARE") or c2.get("SHARE"):
+        table = share_table(T, k, xq.device)
+        launch(*share_table_launch(topk_ids, table, w13.shape[0], expert_map=expert_map))
     launch(*tc_gemm1_launch(xq, w13, topk_ids, activation, h, part1, sync1, expert_map=expert_map, bias=w13_bias,
                             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=x_scale,
-                            b_scale=w13_scale, block_shape=block_shape, config=c1))
+                            b_scale=w13_scale, block_shape=block_shape, config=c1, table=table))
     hq, h_scale = quantize_h(h)
     launch(*tc_gemm2_launch(hq, w2, topk_ids, topk_weights, out, part2, sync2, expert_map=expert_map,
                             mul_routed_weight=mul_routed_weight, bias=w2_bias, quant=quant, a_scale=h_scale,
-                            b_scale=w2_scale, block_shape=block_shape, config=c2))
+                            b_scale=w2_scale, block_shape=block_shape, config=c2, table=table))
     return h, out
