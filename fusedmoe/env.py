@@ -43,8 +43,9 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | quantizes x and h as the scheme does (bit-compatible with the |
 |                             | grouped path's activation rounding); ``tc`` as a8, with the   |
 |                             | GEMMs on the tensor cores (kernels/decode_tc.py); ``auto``    |
-|                             | (default): a16 for one token (fp8_block two, fp8_channel      |
-|                             | three), tc for more (the fastest each: auto_a16_max_t)        |
+|                             | (default): a16 for one token (H100: fp8_block two,            |
+|                             | fp8_channel four; H200: fp8_channel three), tc for more (the  |
+|                             | fastest each: backends/triton.py auto_a16_max_t)              |
 | FUSEDMOE_H_QUANT            | where the ``triton`` grouped path quantizes GEMM2's input h   |
 |                             | for fp8_block / fp8_channel: ``kernel``: 16-bit h, then a     |
 |                             | quantization kernel applying the scheme's own rule;           |

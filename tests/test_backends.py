@@ -206,7 +206,7 @@ def test_token_sweep_with_an_idle_poisoned_expert(mk, backend, scheme, T):
 TRITON_SCHEMES = ["none", "fp8_tensor", "fp8_tensor:static", "fp8_channel", "fp8_block", "int8_channel"]
 
 
-@pytest.mark.parametrize("mode", ["a16", "a8", "tc", "auto"])
+@pytest.mark.parametrize("mode", ["a16", "a8", "tc", "auto", "tc_share"])
 @pytest.mark.parametrize("feature", ["plain", "bias_ep"])
 @pytest.mark.parametrize("scheme", TRITON_SCHEMES)
 def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode):
@@ -217,8 +217,16 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
     # both ways: a16 (default: 16-bit activations, checked against the reference without
     # activation quantization at the 16-bit bound), a8 (x and h quantized as the scheme does)
     # and tc (as a8, the GEMMs on the tensor cores: kernels/decode_tc.py)
+    # (tc_share: tc with the expert-shared GEMMs forced on, kernels/decode_tc.py SHARE: the
+    # table launch bound into the plan, called twice so the bound fast path runs too)
     if scheme == "none" and mode != "a16":
         pytest.skip("16-bit weights: FUSEDMOE_W8A8_DECODE does not apply")
+    if mode == "tc_share":
+        monkeypatch.setenv("FUSEDMOE_DECODE_SHARE", "1")
+        mode = "tc"
+        share = True
+    else:
+        share = False
     a16 = mode == "a16"
     monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "16")
     monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)
@@ -232,16 +240,23 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
     assert ex.decode_mode(7).tc == (mode in ("tc", "auto") and scheme != "none")
     assert pe.quantizes_activations(7) == (scheme != "none" and not a16)
     assert pe.quantizes_activations(9) == (scheme != "none")               # 18 pairs: grouped path
-    # auto: one token in a16 math, fp8_block two, fp8_channel three (the fastest there,
+    # auto: one token in a16 math, fp8_block two, fp8_channel four (the fastest on the H100,
     # backends/triton.auto_a16_max_t), more on the tensor cores
     from fusedmoe.backends.triton import auto_a16_max_t
-    auto_a16 = {"fp8_block": 2, "fp8_channel": 3}.get(scheme, 1)
-    assert auto_a16_max_t(w.scheme) == auto_a16
+    from fusedmoe.platform import Platform
+    assert auto_a16_max_t(w.scheme) == {"fp8_block": 2, "fp8_channel": 4}.get(scheme, 1)   # H100 / unknown
+    h200 = Platform("cuda", "NVIDIA H200", (9, 0), 140.0, 132, True)
+    assert auto_a16_max_t(w.scheme, h200) == {"fp8_channel": 3}.get(scheme, 1)
+    auto_a16 = auto_a16_max_t(w.scheme, ex.platform)                     # this machine's
     for T in (1, 2, 3, 4):
         assert pe.quantizes_activations(T) == (scheme != "none" and (
             mode in ("a8", "tc") or (mode == "auto" and T > auto_a16))), T
     for T in (7, 1) if mode == "auto" else (7,):
         check(pe, cfg, w, mk.x(cfg, T, seed=22).to(dev), mk.logits(cfg, T, seed=23).to(dev))
+    if share:
+        plan = next(iter(ex._plans.values()))
+        assert plan[4] is not None                              # the share table's bound launch
+        check(pe, cfg, w, mk.x(cfg, 7, seed=24).to(dev), mk.logits(cfg, 7, seed=25).to(dev))
 
 
 @pytest.mark.parametrize("feature", ["plain", "bias_ep"])

@@ -247,7 +247,8 @@ def _eager_and_replayed(pe, x, tw, ti):
 @pytest.mark.parametrize("quant,mode", [("none", "a16"), ("fp8_channel", "a8"), ("int8_channel", "a8"),
                                         ("fp8_block", "a8"), ("fp8_channel", "a16"), ("fp8_block", "a16"),
                                         ("fp8_tensor", "a16"), ("fp8_channel", "tc"), ("int8_channel", "tc"),
-                                        ("fp8_block", "tc"), ("fp8_block", "auto"), ("fp8_channel", "auto")])
+                                        ("fp8_block", "tc"), ("fp8_block", "auto"), ("fp8_channel", "auto"),
+                                        ("fp8_channel", "tc_share"), ("fp8_block", "tc_share")])
 @pytest.mark.parametrize("T", [1, 3])
 def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     # decode: GEMM2 a programmatic dependent launch of GEMM1 (16-bit), or the W8A8 chain
@@ -260,6 +261,9 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     w = _weights(cfg, quant)
     x, tw, ti = _routed(cfg, T, seed=T + 7)
     monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "64")          # T = 3 on the decode path too
+    if mode == "tc_share":                                     # + the share table, a link of the chain
+        monkeypatch.setenv("FUSEDMOE_DECODE_SHARE", "1")
+        mode = "tc"
     monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)            # W8A8: 16-bit activations, or quantized
     outs = {}
     for pdl in ("0", "1"):
@@ -271,7 +275,8 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
         assert torch.equal(a, outs["0"][0])
     from fusedmoe.backends.triton import auto_a16_max_t
     from fusedmoe.config import QuantScheme
-    auto_a16 = T <= auto_a16_max_t(QuantScheme.parse(quant))
+    from fusedmoe.platform import Platform
+    auto_a16 = T <= auto_a16_max_t(QuantScheme.parse(quant), Platform.current())
     qa = quant != "none" and (mode in ("a8", "tc") or (mode == "auto" and not auto_a16))
     assert pe.quantizes_activations(T) == qa
     ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=qa)

@@ -251,9 +251,13 @@ def test_tc_config_rules():
     c2 = tc_config("gemm2", 8, 2048, 768, 8, **kw)
     assert c1["SHARE"] and c1["SPLIT_K"] == 1 and c2["SHARE"] and c2["GROUPS"] == 1 and c2["num_stages"] == 2
     assert not tc_config("gemm1", 8, 768, 2048, 8, num_experts=8)["SHARE"]
-    c1 = tc_config("gemm1", 16, 256, 7168, 8, group_k=128, num_experts=16)
+    # deepseek tp8's I = 256 (GEMM2 programs of one 16 KB tile): never shared
+    assert not tc_config("gemm1", 128, 256, 7168, 8, group_k=128, num_experts=256)["SHARE"]
+    assert not tc_config("gemm2", 16, 7168, 256, 8, group_k=128, num_experts=256)["SHARE"]
+    # SHARE takes one K slice where the split rule would cut K
+    assert tc_config("gemm1", 8, 512, 7168, 4, group_k=128, share=False)["SPLIT_K"] == 2    # 128 tiles
+    c1 = tc_config("gemm1", 8, 512, 7168, 4, group_k=128, num_experts=16)
     assert c1["SHARE"] and c1["SPLIT_K"] == 1
-    assert tc_config("gemm1", 16, 256, 7168, 8, group_k=128, share=False)["SPLIT_K"] == 2
 
 
 def test_tc_slots_are_the_decode_kernels():

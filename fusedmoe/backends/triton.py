@@ -28,7 +28,10 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
           'auto' = a16 for one token, tc up to min(E // 2, 128) pairs. Session 29: with the
           8-bit a16 tiles retuned, 'auto' takes a16 up to T = 3 for fp8_channel and T = 2 for
           fp8_block: qwen3 fp8_channel T=2 34.9 -> 32.4-33.4 us, T=3 48.9 -> 44.7-45.8
-          (auto_a16_max_t).
+          (auto_a16_max_t). Session 30: fp8_channel up to T = 4 on the H100; on the H200
+          fp8_channel up to T = 3, fp8_block one token (auto_a16_max_t(quant, platform)). The
+          tc GEMMs read an expert's weights once for all its pairs from E / 2 pairs on where
+          I >= 512 (kernels/decode_tc.py tc_share: qwen3 fp8 T=8 103.3 -> 97.2 us).
   grouped (otherwise), below.
 
 Grouped, per call (T tokens): [quantize x for W8A8 schemes] -> align (1 launch for T*k <=
@@ -105,21 +108,25 @@ def decode_pairs(config: MoEConfig, mode: str = "16bit") -> int:
     return max(k, {"16bit": E // 4, "a16": min(E // 4, 32), "a8": E // 16, "tc": tc, "auto": tc}[mode])
 
 
-def auto_a16_max_t(quant) -> int:
+def auto_a16_max_t(quant, platform=None) -> int:
     """Largest T for which FUSEDMOE_W8A8_DECODE=auto (the default) runs a W8A8 decode in a16
     math (x and h 16-bit against the 8-bit weights: two launches, no quantizers, 2.4-2.7e-3
     relative error against the fp32 reference instead of 0.8-2.0e-2); the tensor-core chain
-    above it. Session 29 (H100, layer graph µs, benchmarks/decode_t2.py, three runs of
-    best-of-3 on two machines, docs/BENCHMARKS.md twenty-ninth section), a16 with the 8-bit
-    decode tiles of that session / tc:
-      * qwen3 fp8_channel: T=2 32.4-33.4 / 34.9, T=3 44.7-45.8 / 48.9-49.1, T=4 56.5 / 58.5;
-      * deepseek-v3 tp8 fp8_block: T=2 39.1-40.5 / 40.5 (even: the more accurate wins),
-        T=3 56.0-57.4 / 54.8;
-      * qwen3 int8_channel: T=2 35.3-36.4 / 35.0, T=3 47.6-49.2 / 48.6-48.8: tc stays;
-      * fp8_tensor: not measured, one token as before.
-    Not measured on the H200 at these tiles (session 7's H200 figures, with the older a16
-    GEMM2, had the tensor cores ahead from T=2)."""
-    return {QuantMethod.FP8_CHANNEL: 3, QuantMethod.FP8_BLOCK: 2}.get(quant.method, 1)
+    above it. Layer graph µs, a16 / tc (benchmarks/decode_t2.py, best of 2-4 alternating
+    rounds; docs/BENCHMARKS.md twenty-ninth and thirtieth sections):
+      * H100, qwen3 fp8_channel: T=2 32.4-33.4 / 34.9-35.0, T=3 44.7-45.8 / 48.9-49.5, T=4
+        56.5-57.7 / 58.5-59.5 (two sessions, a16 2.7-3.0% ahead);
+      * H100, deepseek-v3 tp8 fp8_block: T=2 39.1-40.5 / 40.5-41.2 (the more accurate wins),
+        T=3 56.0-57.4 / 54.8-56.0;
+      * H100, qwen3 int8_channel: T=2 35.3-36.4 / 35.0-35.3 (tc), T=3 47.6-49.2 / 48.6-49.4
+        (a16 1-2% ahead, within the spread: tc kept);
+      * H200 (session 30): qwen3 fp8_channel T=2 27.6 / 29.1, T=3 39.7 / 41.0, T=4 48.6 / 47.8;
+        deepseek fp8_block T=2 37.2 / 33.6 (tc 10% ahead); int8_channel T=2 32.5 / 29.1;
+      * fp8_tensor: not measured, one token.
+    ``platform`` (backends' Platform) None: the H100 rule."""
+    if platform is not None and "H200" in getattr(platform, "name", ""):
+        return {QuantMethod.FP8_CHANNEL: 3}.get(quant.method, 1)
+    return {QuantMethod.FP8_CHANNEL: 4, QuantMethod.FP8_BLOCK: 2}.get(quant.method, 1)
 
 
 def decode_pdl_ok(platform) -> bool:
@@ -316,7 +323,7 @@ class TritonExperts(Experts):
         self._mode16 = DecodeMode(a16=True, tc=False, pdl=pdl_ok, chain=False)
         self._mode8 = DecodeMode(a16=False, tc=mode in ("tc", "auto"), pdl=chain, chain=chain)
         self.decode_pairs = decode_pairs(config, mode)  # env read once
-        self._auto_a16_t = auto_a16_max_t(self.scheme)
+        self._auto_a16_t = auto_a16_max_t(self.scheme, platform)
         # (both decode GEMMs in one launch was measured slower than the two with PDL on the
         # H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8 46.3 vs 33.1; docs/BENCHMARKS.md.
         # Removed in session 12: wrong on tiny grids on the GPU; commit e6c0681 has it.)
@@ -717,9 +724,9 @@ def _decode_tiles(config, quant, platform, T) -> str:
             + (" (slots first)" if dk.gemm2_slots_first() else ""))
 
 
-def _tc_share(pairs: int, top_k: int, num_experts: int) -> bool:
+def _tc_share(pairs: int, top_k: int, num_experts: int, intermediate: int) -> bool:
     from ..kernels.decode_tc import tc_share
-    return tc_share(pairs, top_k, num_experts)
+    return tc_share(pairs, top_k, num_experts, intermediate)
 
 
 def _variants(config, quant, platform):
@@ -733,13 +740,14 @@ def _variants(config, quant, platform):
     dp = decode_pairs(config, mode)
     for T in BUCKETS:
         if T * config.top_k <= dp:
-            a16 = quantized and (mode == "a16" or (mode == "auto" and T <= auto_a16_max_t(quant)))
+            a16 = quantized and (mode == "a16" or (mode == "auto" and T <= auto_a16_max_t(quant, platform)))
             tc = quantized and not a16 and mode in ("tc", "auto")
             chained = quantized and not a16
             pdl = decode_pdl_ok(platform) and not (chained and quant.method == QuantMethod.FP8_TENSOR)
             chain = ("; quantize x, GEMM1, requantize h, GEMM2 as one programmatic dependent launch chain"
                      if chained else "; GEMM2 a programmatic dependent launch of GEMM1")
-            shared = tc and _tc_share(T * config.top_k, config.top_k, config.num_local_experts)
+            shared = tc and _tc_share(T * config.top_k, config.top_k, config.num_local_experts,
+                                      config.intermediate_size)
             out[f"T={T}"] = (f"decode kernels (T*k <= {dp} pairs): "
                              + ("GEMM1 and GEMM2 per (expert, N tile): each expert's weight tiles read once "
                                 "for all its pairs (up to 16 a program, FUSEDMOE_DECODE_SHARE), no align; "

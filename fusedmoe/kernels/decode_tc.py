@@ -473,9 +473,10 @@ def _tc_gemm2_share_kernel(
 
 # ----------------------------------------------------------------------------------------
 SHARE_MIN_PAIRS_PER_EXPERT = 0.5   # tc_share: pairs / local experts from which SHARE is on
+SHARE_MIN_I = 512                  # tc_share: the least intermediate size (GEMM2's K)
 
 
-def tc_share(pairs: int, top_k: int, num_experts: Optional[int]) -> bool:
+def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: Optional[int] = None) -> bool:
     """Whether the tensor-core decode GEMMs run expert-shared (``SHARE``): one program reads an
     expert's weight tile once for all the pairs routed to it (up to 16, one an MMA column)
     instead of once a pair. FUSEDMOE_DECODE_SHARE where set, else from E / 2 pairs on (and two
@@ -485,11 +486,16 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int]) -> bool:
     ~8% of pairs at E / 4 pairs, ~20% at E / 2, ~35% at E. SHARE's programs are fewer and each
     reads its table row first: qwen3 fp8 GEMM1 T=4 (E / 4) 35.5 -> 36.7 us, T=8 (E / 2) 65.3 ->
     59.0, T=16 125.5 -> 90.7; deepseek-v3 tp8 fp8_block (458 KB programs, ~1.2 waves) T=8 (E / 4)
-    75.4 -> 78.5, T=16 (E / 2) 148.0 -> 140.0. ``num_experts`` None: off."""
+    75.4 -> 78.5, T=16 (E / 2) 148.0 -> 140.0. In the layer (H100): qwen3 fp8 T=8 103.3 -> 97.2,
+    int8 103.2 -> 97.1; deepseek T=16 229.2 -> 226.6. On the H200 qwen3 T=8 79.8 -> 78.8 but
+    deepseek T=16 165.8 -> 183.1: its GEMM2 (I = 256: a SHARE program is one 16 KB tile, then
+    the ticket round trip) 58.5 -> 71.8, its GEMM1 103.1 -> 106.9. Hence also ``intermediate``
+    (GEMM2's K) >= SHARE_MIN_I. ``num_experts`` None: off."""
     v = env.decode_share()
     if v is not None:
         return v
-    return num_experts is not None and pairs > top_k and pairs >= SHARE_MIN_PAIRS_PER_EXPERT * num_experts
+    return (num_experts is not None and pairs > top_k and pairs >= SHARE_MIN_PAIRS_PER_EXPERT * num_experts
+            and (intermediate is None or intermediate >= SHARE_MIN_I))
 
 
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
@@ -504,13 +510,14 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     and the partials' round trip cost: qwen3 fp8 T=1 11.2 us unsplit vs 13.8 with 2 splits),
     GEMM2 splits the slots while there are fewer than 4 programs per SM (qwen3 and deepseek
     tp8: one slot a program measured best). H100, benchmarks/decode_ab.py section T.
-    ``share`` (None: ``tc_share`` with ``num_experts`` local experts): expert-shared programs;
+    ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
+    GEMM2's K): expert-shared programs;
     GEMM1 then takes one K slice, and GEMM2 a program a (pair, N tile) with its own k-sum
     (GROUPS 1) and two stages (its K is short: qwen3 T=16 61.6 -> 50.3 us, 3 or 4 stages
     slower)."""
     pairs = pairs_or_tokens if gemm == "gemm1" else pairs_or_tokens * top_k
     if share is None:
-        share = tc_share(pairs, top_k, num_experts)
+        share = tc_share(pairs, top_k, num_experts, n_out if gemm == "gemm1" else K)
     bk = 256
     if group_k is not None:
         while bk > 16 and group_k % bk:
