@@ -30,6 +30,15 @@ Both orders are fixed, so results are bitwise reproducible (deterministic mode),
 launch leaves ``sync`` zero (it must be zero before the first; launches that may run at
 the same time, two streams, must not share it).
 
+SHARE (expert-shared, ``tc_share``): with many pairs a pair's expert is often another pair's
+too, and a program a pair reads it again (qwen3 T=8: 64 pairs on ~51 distinct experts). Then
+``_share_table_kernel`` writes, per pair, the pairs it leads (up to 16 of its expert, in pair
+order) or -1; a leading program puts those pairs' activation rows in the 16 columns (the
+weight tile is read once) and the others exit. GEMM1 stores each column's h row; GEMM2
+(``_tc_gemm2_share_kernel``, grid (N tiles, pairs)) stores each pair's weighted y and the
+last program of each (token, N tile), by ticket, sums the token's y in slot order (fixed,
+so bitwise reproducible as well).
+
 Scales as the grouped kernels' (grouped_gemm._scale_args): A_SCALE 1 tensor / 2 per row /
 3 block [M, K/gk]; B_SCALE 1 per expert / 2 per channel [E, N] / 3 block [E, N/gn, K/gk].
 Block scales need BLOCK_K to divide the group gk (each K tile within one group): they are
@@ -197,7 +206,7 @@ def _tc_gemm1_kernel(
 ):
     """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
     expert (ROWS = 2 BN; BN rows when not gated) over its K slice. SHARE (SPLIT_K 1): the
-    pair's program leads the pairs of its expert (_share) or does nothing."""
+    pair's program leads the pairs of its table row or does nothing."""
     if PDL:
         gdc_launch_dependents()
     if PDL_WAIT:
@@ -396,7 +405,7 @@ def _tc_gemm2_share_kernel(
     INT8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
-    """SHARE. Grid (N tiles, pairs). A leading program (_share) reads BN rows of its expert's
+    """SHARE. Grid (N tiles, pairs). A leading program (its table row) reads BN rows of its expert's
     w2 once for all the expert's pairs (up to 16, one a column) and stores each pair's
     weighted contribution y[pair] (fp32, ``part`` [pairs, tiles * BN]); then it takes a ticket
     of each column's (token, N tile). The program bringing a token's count to its number of
@@ -513,8 +522,8 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
     GEMM2's K): expert-shared programs;
     GEMM1 then takes one K slice, and GEMM2 a program a (pair, N tile) with its own k-sum
-    (GROUPS 1) and two stages (its K is short: qwen3 T=16 61.6 -> 50.3 us, 3 or 4 stages
-    slower)."""
+    (GROUPS 1) and two stages (its K is short: qwen3 T=8 38.4 -> 33.1 us, T=16 60.9 -> 50.3
+    against four; three were between the two in the first form)."""
     pairs = pairs_or_tokens if gemm == "gemm1" else pairs_or_tokens * top_k
     if share is None:
         share = tc_share(pairs, top_k, num_experts, n_out if gemm == "gemm1" else K)
