@@ -251,6 +251,32 @@ def test_explain_auto_w8a8_decode_per_bucket(monkeypatch):
     assert "A3" in mix and "slots first" in mix            # (3.9 still patched: k = 2 slots)
 
 
+def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
+    # the small-T rows where the W8A8 decode math changes: qwen3 fp8_channel on the H100 keeps
+    # 16-bit activations to T=4 and reads shared experts once at T=8 (64 pairs = E / 2); the
+    # H200 switches to the tensor cores at T=4; deepseek tp8 (I = 256) never shares; 16-bit
+    # weights list no extra rows
+    from fusedmoe.backends.triton import _variants
+    from fusedmoe.config import QuantScheme
+    from fusedmoe.platform import Platform
+    from fusedmoe.presets import get_preset
+    for key in ("FUSEDMOE_W8A8_DECODE", "FUSEDMOE_DECODE_SHARE", "FUSEDMOE_DECODE_PAIRS"):
+        monkeypatch.delenv(key, raising=False)
+    qwen = get_preset("qwen3-30b-a3b").to_config()
+    h100 = _variants(qwen, QuantScheme.parse("fp8_channel"), Platform.resolve("h100"))
+    assert [k for k in h100 if k.startswith("T=")][:6] == ["T=1", "T=2", "T=3", "T=4", "T=8", "T=16"]
+    assert "16-bit activations" in h100["T=4"] and "tensor cores" not in h100["T=4"]
+    assert "tensor cores" in h100["T=8"] and "read once for all its pairs" in h100["T=8"]
+    h200 = _variants(qwen, QuantScheme.parse("fp8_channel"), Platform.resolve("h200"))
+    assert "16-bit activations" in h200["T=3"] and "tensor cores" in h200["T=4"]
+    assert "read once" not in h200["T=4"]                          # 32 pairs < E / 2
+    ds = _variants(get_preset("deepseek-v3").to_config(tp=8), QuantScheme.parse("fp8_block"),
+                   Platform.resolve("h100"))
+    assert "16-bit activations" in ds["T=2"] and "tensor cores" in ds["T=3"]
+    assert not any("read once" in v for k, v in ds.items() if k.startswith("T="))
+    assert "T=2" not in _variants(qwen, QuantScheme.parse("none"), Platform.resolve("h100"))
+
+
 @pytest.mark.parametrize("quant,mode,want", [
     ("none", "a16", "GEMM2 a programmatic dependent launch"),
     ("fp8_channel", "a16", "GEMM2 a programmatic dependent launch"),

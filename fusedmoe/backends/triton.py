@@ -69,6 +69,9 @@ QUANT_MODE = {QuantMethod.NONE: "none", QuantMethod.FP8_TENSOR: "tensor", QuantM
 _8BIT_DTYPE = {QuantMethod.FP8_TENSOR: torch.float8_e4m3fn, QuantMethod.FP8_CHANNEL: torch.float8_e4m3fn,
                QuantMethod.FP8_BLOCK: torch.float8_e4m3fn, QuantMethod.INT8_CHANNEL: torch.int8}
 BUCKETS = (1, 16, 64, 256, 1024, 4096, 16384)
+# the selection report's extra rows where the W8A8 decode math changes (a16 / tc / SHARE, per
+# platform): listed when the decode kernels serve them
+DECODE_BUCKETS = (2, 3, 4, 8)
 # FUSEDMOE_H_QUANT=epilogue: fp8_channel's h leaves GEMM1 in 1 x 128 fp8 groups (fp8_block's in
 # its own 1 x bk); a finer grid than fp8_channel's per-token rule, so the reference is told
 # (TritonExperts.h_group, reference_moe(..., h_group=)). Not the default: H100, fusedmoe bench,
@@ -738,7 +741,8 @@ def _variants(config, quant, platform):
     quantized = quant.method != QuantMethod.NONE
     mode = env.w8a8_decode() if quantized else "16bit"
     dp = decode_pairs(config, mode)
-    for T in BUCKETS:
+    extra = [T for T in DECODE_BUCKETS if quantized and T * config.top_k <= dp]
+    for T in sorted(set(BUCKETS) | set(extra)):
         if T * config.top_k <= dp:
             a16 = quantized and (mode == "a16" or (mode == "auto" and T <= auto_a16_max_t(quant, platform)))
             tc = quantized and not a16 and mode in ("tc", "auto")
