@@ -18,7 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dense_ceiling import _read  # noqa: E402
+from decode_t2 import read_us  # noqa: E402  (a pure read of the same bytes, rotated)
 
 from fusedmoe.bench import harness as hz  # noqa: E402
 from fusedmoe.kernels import decode_tc as tc  # noqa: E402
@@ -26,13 +26,6 @@ from fusedmoe.kernels.grouped_gemm import _num_sms  # noqa: E402
 from fusedmoe.kernels.launcher import launch  # noqa: E402
 from fusedmoe.modular.prepare_finalize import quantize_activation  # noqa: E402
 from fusedmoe.presets import get_preset  # noqa: E402
-
-
-def read_us(nbytes: float, n_sets: int = 8) -> float:
-    n = int(nbytes) // 4
-    bufs = [torch.randint(-2 ** 30, 2 ** 30, (n,), device="cuda", dtype=torch.int32) for _ in range(n_sets)]
-    out = torch.empty(1 << 20, device="cuda", dtype=torch.int32)
-    return hz.time_graph([lambda b=b: _read(b, out) for b in bufs])
 
 
 def run_case(name, tp, scheme, T, g2_stages, rounds):
@@ -56,7 +49,7 @@ def run_case(name, tp, scheme, T, g2_stages, rounds):
     variants = [("pair", False, None), ("share", True, None)] + [(f"share_s{st}", True, st) for st in g2_stages]
     tables = []
     for s in sets:           # the share table of each set (untimed here; timed alone below)
-        tables.append(torch.empty(T * k, 16, dtype=torch.int32, device="cuda"))
+        tables.append(tc.share_table(T, k, "cuda"))
         launch(*tc.share_table_launch(s.topk_ids, tables[-1], cfg.num_local_experts))
     t_tab = hz.time_graph([lambda s=s, t=t: launch(*tc.share_table_launch(s.topk_ids, t, cfg.num_local_experts))
                            for s, t in zip(sets, tables)])
