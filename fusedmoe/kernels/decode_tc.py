@@ -53,10 +53,10 @@ import triton
 import triton.language as tl
 
 from .. import env
-from .decode import _local_experts
+from .decode import _local_experts, _row_scales
 from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import gdc_launch_dependents, gdc_wait
+from .quantize import _abs_bits, _bitwise_fp8, _quantize, _scale_from_amax_bits, gdc_launch_dependents, gdc_wait
 
 N_COLS = 16      # the activation operand's width: tl.dot's minimum
 
@@ -83,6 +83,28 @@ def _tile_dot(w_ptrs, a_ptrs, k_ok, col_ok, INT8: tl.constexpr):
     if INT8:
         return tl.dot(w, a, out_dtype=tl.int32)
     return tl.dot(w, a)
+
+
+@triton.jit
+def _tile_dot_q(w_ptrs, a_ptrs, k_ok, col_ok, sa, INT8: tl.constexpr, QA: tl.constexpr, POW2: tl.constexpr,
+                BITWISE_FP8: tl.constexpr):
+    """``_tile_dot`` on 16-bit activations quantized here (QA, column 0 alone): QA 1 by the
+    row's scale ``sa`` (of ``_row_scales``, before the K loop); QA 2 by the scale of this K
+    tile, one 1 x BK group (BLOCK_K == GROUP_K), from its own amax. The codes and scales are
+    those of kernels/quantize.py's per-token / group kernels, bit for bit (the same helpers).
+    Returns (the product, the activation scale used: ``sa`` or the tile's)."""
+    w = tl.load(w_ptrs, mask=k_ok[None, :], other=0.0)
+    a = tl.load(a_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+    if QA == 2:
+        sa = _scale_from_amax_bits(tl.max(tl.max(_abs_bits(a), axis=1), axis=0), 448.0, POW2)
+    if INT8:
+        d = tl.dot(w, _quantize(a, sa, "int8", False, True), out_dtype=tl.int32)
+    else:
+        q = _quantize(a, sa, "fp8", BITWISE_FP8, True)
+        if BITWISE_FP8:                                # the interpreter: e4m3 bits as uint8
+            q = q.to(tl.float8e4nv, bitcast=True)
+        d = tl.dot(w, q)
+    return d, sa
 
 
 @triton.jit
@@ -203,10 +225,14 @@ def _tc_gemm1_kernel(
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, SHARE: tl.constexpr = False,
+    QA: tl.constexpr = 0, QMAX: tl.constexpr = 448.0, POW2: tl.constexpr = False, BITWISE_FP8: tl.constexpr = False,
+    QA_CHUNK: tl.constexpr = 256,
 ):
     """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
     expert (ROWS = 2 BN; BN rows when not gated) over its K slice. SHARE (SPLIT_K 1): the
-    pair's program leads the pairs of its table row or does nothing."""
+    pair's program leads the pairs of its table row or does nothing. QA (not SHARE): x is
+    16-bit and quantized here, 1 per token (the row's amax first, QA_CHUNK elements a load),
+    2 per 1 x BLOCK_K group (``_tile_dot_q``); A_SCALE is then 0."""
     if PDL:
         gdc_launch_dependents()
     if PDL_WAIT:
@@ -244,10 +270,25 @@ def _tc_gemm1_kernel(
             acc = tl.zeros((ROWS, 16), dtype=tl.int32)
         else:
             acc = tl.zeros((ROWS, 16), dtype=tl.float32)
+        sa = 1.0
+        if QA == 1:
+            sa = tl.sum(_row_scales(x_ptr + t * stride_xm + tl.zeros((1,), dtype=tl.int64), stride_xk, K,
+                                    K + tl.zeros((1,), dtype=tl.int32), QMAX, 1, QA_CHUNK), axis=0)
+        if QA:
+            tl.static_assert(not SHARE and A_SCALE == 0, "QA: a program a pair, no activation scales given")
         for k0 in range(k_lo, k_hi, BLOCK_K):
             ks = k0 + kk
-            part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K, col_ok, INT8)
-            if SHARE and (A_SCALE == 3 or B_SCALE == 3):
+            if QA:
+                part, sa_k = _tile_dot_q(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K,
+                                         col_ok, sa, INT8, QA, POW2, BITWISE_FP8)
+            else:
+                part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K, col_ok,
+                                 INT8)
+                sa_k = 1.0
+            if QA == 2:                     # (A_SCALE 0: bs x the tile's scale, the separate chain's bs x as)
+                acc += part.to(tl.float32) * (_row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
+                                                         0, B_SCALE, GROUP_N, GROUP_K, True, False) * sa_k)[:, None]
+            elif SHARE and (A_SCALE == 3 or B_SCALE == 3):
                 f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
                                0, B_SCALE, GROUP_N, GROUP_K, True, False)
                 acc += part.to(tl.float32) * (f[:, None] * _col_scale(as_cols, col_ok, k0, stride_ask, A_SCALE,
@@ -266,8 +307,11 @@ def _tc_gemm1_kernel(
                                stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS, BLOCK_N)
         else:
             v = tl.sum(acc.to(tl.float32), axis=1)                                # [ROWS]: column 0
-            v = v * _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
-                               A_SCALE, B_SCALE, GROUP_N, GROUP_K, False, True)
+            f = _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
+                           A_SCALE, B_SCALE, GROUP_N, GROUP_K, False, True)
+            if QA == 1:                     # (as x bs == bs x as: the separate chain's factor, bit for bit)
+                f = f * sa
+            v = v * f
             if SPLIT_K > 1:
                 tiles = tl.num_programs(0)
                 slot = part_ptr + (s * SPLIT_K) * (tiles * ROWS) + pid_n * ROWS + r
@@ -333,10 +377,14 @@ def _tc_gemm2_kernel(
     HAS_MAP: tl.constexpr, MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
+    QA: tl.constexpr = 0, QMAX: tl.constexpr = 448.0, POW2: tl.constexpr = False, BITWISE_FP8: tl.constexpr = False,
+    QA_CHUNK: tl.constexpr = 256, SP: tl.constexpr = 1,
 ):
     """Grid (N tiles, GROUPS, tokens). A program: BN rows of H for SLOTS of its token's k
     slots (group g: slots g*SLOTS ..), one loop over (slot, K tile) so that the next slot's
-    weights stream while this one's finish; per slot the scales and the routing weight."""
+    weights stream while this one's finish; per slot the scales and the routing weight.
+    QA: h is 16-bit and quantized here as in GEMM1 (1: the SLOTS rows' scales first, SP >=
+    SLOTS a power of two; 2: per K tile)."""
     if PDL:
         gdc_wait()
     pid_n = tl.program_id(0)
@@ -351,6 +399,13 @@ def _tc_gemm2_kernel(
     cols = tl.arange(0, 16)
     nk = tl.cdiv(K, BLOCK_K)
     acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
+    if QA == 1:                                        # the scales of this program's SLOTS h rows
+        tl.static_assert(A_SCALE == 0, "QA: no activation scales given")
+        jp = tl.arange(0, SP)
+        s_p = t * TOP_K + tl.minimum(grp * SLOTS + jp, TOP_K - 1)
+        e_p = _local_experts(ids_ptr, map_ptr, s_p, (jp < SLOTS) & (grp * SLOTS + jp < TOP_K), num_global, E,
+                             HAS_MAP)
+        sc = _row_scales(h_ptr + s_p * stride_hm, stride_hk, K, tl.where(e_p >= 0, K, 0), QMAX, SP, QA_CHUNK)
     for i in range(0, SLOTS * nk):
         jj = i // nk
         k0 = (i - jj * nk) * BLOCK_K
@@ -360,13 +415,22 @@ def _tc_gemm2_kernel(
         keep = e >= 0
         e64 = tl.where(keep, e, 0).to(tl.int64)
         ks = k0 + kk
-        part = _tile_dot(w_rows + e64 * stride_we + ks[None, :] * stride_wk,
-                         h_ptr + s * stride_hm + ks[:, None] * stride_hk + cols[None, :] * 0,
-                         ks < tl.where(keep, K, 0), cols == 0, INT8).to(tl.float32)
+        w_ptrs = w_rows + e64 * stride_we + ks[None, :] * stride_wk
+        a_ptrs = h_ptr + s * stride_hm + ks[:, None] * stride_hk + cols[None, :] * 0
         as_ptr = a_scale_ptr + s * stride_asm
         bs_e = b_scale_ptr + e64 * stride_bse
         f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
                        A_SCALE, B_SCALE, GROUP_N, GROUP_K, True, True)
+        if QA:
+            sa = 1.0
+            if QA == 1:
+                sa = tl.sum(tl.where(jp == jj, sc, 0.0), axis=0)
+            part, sa = _tile_dot_q(w_ptrs, a_ptrs, ks < tl.where(keep, K, 0), cols == 0, sa, INT8, QA, POW2,
+                                   BITWISE_FP8)
+            part = part.to(tl.float32)
+            f = f * sa                      # (A_SCALE 0: bs x as, the separate chain's as x bs, bit for bit)
+        else:
+            part = _tile_dot(w_ptrs, a_ptrs, ks < tl.where(keep, K, 0), cols == 0, INT8).to(tl.float32)
         if MUL_W:
             f = f * tl.load(topk_w_ptr + s).to(tl.float32)
         acc += part * tl.where(keep, f, 0.0)[:, None]
@@ -507,6 +571,23 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: O
             and (intermediate is None or intermediate >= SHARE_MIN_I))
 
 
+def tc_qa(pairs: int, top_k: int, num_experts: Optional[int], intermediate: int, hidden: int,
+          group_k: Optional[int] = None, num_sms: int = 132, gated: bool = True) -> bool:
+    """Whether the tensor-core decode chain quantizes x and h inside its GEMMs (QA) instead of
+    in launches of their own before each: two launches instead of four. The scheme must have
+    dynamic per-token or 1 x k group activation scales (the caller's part); here: not SHARE
+    (its columns are several tokens'), and with groups a K tile of each GEMM is one group.
+    FUSEDMOE_DECODE_QA=0 turns it off (for A/Bs); =1 still needs those conditions."""
+    if env.decode_qa() is False:
+        return False
+    c1 = tc_config("gemm1", pairs, intermediate, hidden, top_k, gated, group_k, num_sms, num_experts=num_experts)
+    c2 = tc_config("gemm2", pairs // top_k, hidden, intermediate, top_k, group_k=group_k, num_sms=num_sms,
+                   num_experts=num_experts)
+    if c1["SHARE"] or c2["SHARE"]:
+        return False
+    return group_k is None or c1["BLOCK_K"] == c2["BLOCK_K"] == group_k
+
+
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
               group_k: Optional[int] = None, num_sms: int = 132, share: Optional[bool] = None,
               num_experts: Optional[int] = None) -> dict:
@@ -550,12 +631,39 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
                 num_stages=2 if share else 4)
 
 
-def _check(a, w, quant, block_shape, bk) -> None:
+QA_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _check(a, w, quant, block_shape, bk, a_scale=None) -> int:
+    """The operands' checks; returns QA: 0 (a is 8-bit, quantized before), 1 / 2 (a is 16-bit
+    and quantized in the kernel per token / per 1 x BLOCK_K group, ``_tile_dot_q``)."""
+    if a.dtype in QA_DTYPES and w.dtype in (torch.float8_e4m3fn, torch.int8):
+        if quant not in ("channel", "block") or a_scale is not None:
+            raise ValueError(f"tensor-core decode: 16-bit activations are quantized in the kernel only per "
+                             f"token ('channel') or per 1 x k group ('block') with dynamic scales, got "
+                             f"quant={quant!r}{' and a given a_scale' if a_scale is not None else ''}; "
+                             f"quantize them first (kernels/quantize.py)")
+        if quant == "block" and (block_shape[1] != bk or w.dtype != torch.float8_e4m3fn):
+            raise ValueError(f"tensor-core decode: in-kernel group quantization takes fp8 weights and BLOCK_K "
+                             f"equal to the scale group, got BLOCK_K {bk}, group {block_shape[1]}, {w.dtype}")
+        return 2 if quant == "block" else 1
     if a.dtype not in (torch.float8_e4m3fn, torch.int8) or w.dtype != a.dtype:
         raise ValueError(f"tensor-core decode: 8-bit activations and weights of one dtype "
-                         f"(fp8 e4m3 or int8), got {a.dtype} x {w.dtype}; use kernels/decode.py for others")
+                         f"(fp8 e4m3 or int8), or 16-bit activations to quantize in the kernel, got "
+                         f"{a.dtype} x {w.dtype}; use kernels/decode.py for others")
     if quant == "block" and block_shape[1] % bk:
         raise ValueError(f"tensor-core decode: BLOCK_K {bk} must divide the scale group {block_shape[1]}")
+    return 0
+
+
+def _qa_consts(qa: int, a: torch.Tensor, w: torch.Tensor, K: int, rows: int, pow2: bool) -> dict:
+    """QA constexprs: the 8-bit type's range, power-of-two group scales, the interpreter's
+    bitwise fp8 rounding, and the elements a load of the per-token amax pass reads (QA 1:
+    ``rows`` rows of K at once up to 8K elements)."""
+    if not qa:
+        return {}
+    return dict(QA=qa, QMAX=127.0 if w.dtype == torch.int8 else 448.0, POW2=bool(pow2),
+                BITWISE_FP8=_bitwise_fp8(a), QA_CHUNK=min(next_power_of_2(K), max(256, 8192 // rows)))
 
 
 def scratch_sizes(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dict, gated: bool = True) -> tuple:
@@ -592,7 +700,7 @@ def _common(a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_sha
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     return ((sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk),
             dict(HAS_BIAS=bias is not None, HAS_MAP=expert_map is not None, A_SCALE=a_mode, B_SCALE=b_mode,
-                 GROUP_N=gn, GROUP_K=gk, INT8=a.dtype == torch.int8))
+                 GROUP_N=gn, GROUP_K=gk, INT8=w.dtype == torch.int8))
 
 
 def _share_consts(config: dict, table) -> dict:
@@ -613,11 +721,13 @@ TC_GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
 
 def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map=None, bias=None,
                     swiglu_limit=None, alpha=1.702, limit=7.0, quant="channel", a_scale=None, b_scale=None,
-                    block_shape=None, config=None, pdl=False, pdl_wait=False, table=None) -> tuple:
+                    block_shape=None, config=None, pdl=False, pdl_wait=False, table=None, pow2=False) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of GEMM1 (T > 0,
     out given). ``part`` fp32 / ``sync`` int32 scratch of ``scratch_sizes`` (sync zero before
     the first launch; every launch leaves it zero). ``pdl``: let a dependent launch start
-    early; ``pdl_wait``: this launch is a programmatic dependent of the kernel writing x."""
+    early; ``pdl_wait``: this launch is a programmatic dependent of the kernel writing x.
+    x 16-bit (QA, not SHARE): quantized in the kernel as the scheme's dynamic per-token or
+    1 x k group quantizer would (``pow2``: power-of-two group scales), no a_scale."""
     T, k = topk_ids.shape
     N13, K = w13.shape[1:]
     act = ACTIVATIONS[activation]
@@ -626,9 +736,12 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
     if config is None:
         config = tc_config("gemm1", T * k, n_out, K, k, gated, block_shape[1] if quant == "block" else None,
                            _num_sms(x.device))
-    _check(x, w13, quant, block_shape, config["BLOCK_K"])
+    qa = _check(x, w13, quant, block_shape, config["BLOCK_K"], a_scale)
+    if qa and config.get("SHARE"):
+        raise ValueError("tensor-core decode: SHARE takes 8-bit activations (quantize x first)")
     (sa, sb, ids, emap), counts, strides, consts = _common(x, w13, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
+    consts.update(_qa_consts(qa, x, w13, K, 1, pow2))
     return (_tc_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), config["SPLIT_K"], T * k), (
         x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap, part, sync,
         n_out, K, *counts,
@@ -642,19 +755,25 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
 
 def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_map=None, mul_routed_weight=True,
                     bias=None, quant="channel", a_scale=None, b_scale=None, block_shape=None, config=None,
-                    pdl=False, table=None) -> tuple:
+                    pdl=False, table=None, pow2=False) -> tuple:
     """GEMM2's launch as in ``tc_gemm1_launch``. ``pdl``: a programmatic dependent launch
-    (waits for the kernel writing h before anything else)."""
+    (waits for the kernel writing h before anything else). h 16-bit: QA, as GEMM1's x."""
     T, k = topk_ids.shape
     H, K = w2.shape[1:]
     if config is None:
         config = tc_config("gemm2", T, H, K, k, group_k=block_shape[1] if quant == "block" else None,
                            num_sms=_num_sms(h.device))
-    _check(h, w2, quant, block_shape, config["BLOCK_K"])
+    qa = _check(h, w2, quant, block_shape, config["BLOCK_K"], a_scale)
     groups = config["GROUPS"]
     (sa, sb, ids, emap), counts, strides, consts = _common(h, w2, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
+    slots = cdiv(k, groups)
+    consts.update(_qa_consts(qa, h, w2, K, next_power_of_2(slots), pow2))
+    if qa:
+        consts["SP"] = next_power_of_2(slots)
     if _share_consts(config, table):
+        if qa:
+            raise ValueError("tensor-core decode: SHARE takes 8-bit activations (quantize h first)")
         return (_tc_gemm2_share_kernel, (cdiv(H, config["BLOCK_N"]), T * k), (
             h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
             H, K, *counts,
@@ -666,7 +785,7 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
-    ), dict(TOP_K=k, SLOTS=cdiv(k, groups), GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
+    ), dict(TOP_K=k, SLOTS=slots, GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], PDL=pdl, **consts), config.get("num_warps", 4), config.get("num_stages", 4),
         pdl)
 
@@ -693,10 +812,11 @@ def share_table_launch(topk_ids, table, num_experts: int, *, expert_map=None, pd
 def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale=None, w13_scale=None,
               w2_scale=None, quant="channel", block_shape=None, expert_map=None, w13_bias=None, w2_bias=None,
               swiglu_limit=None, alpha=1.702, limit=7.0, mul_routed_weight=True, quantize_h=None,
-              config1=None, config2=None) -> tuple:
-    """Both GEMMs on pre-quantized x (tests and benchmarks; the backend binds the launches
-    itself): (h [n, I] 16-bit, out [T, H] bf16). ``quantize_h(h) -> (hq, h_scale)`` is the
-    scheme's activation quantizer between them."""
+              config1=None, config2=None, pow2=False) -> tuple:
+    """Both GEMMs (tests and benchmarks; the backend binds the launches itself): (h [n, I]
+    16-bit, out [T, H]). ``xq`` pre-quantized (``x_scale``), or 16-bit: quantized in GEMM1
+    (QA, dynamic per-token / group scales, ``pow2``). ``quantize_h(h) -> (hq, h_scale)`` is the
+    scheme's activation quantizer between them; None: GEMM2 quantizes h itself (QA)."""
     T, k = topk_ids.shape
     N13, H = w13.shape[1:]
     gated = ACTIVATIONS[activation] <= 3
@@ -718,9 +838,9 @@ def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale
         launch(*share_table_launch(topk_ids, table, w13.shape[0], expert_map=expert_map))
     launch(*tc_gemm1_launch(xq, w13, topk_ids, activation, h, part1, sync1, expert_map=expert_map, bias=w13_bias,
                             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=x_scale,
-                            b_scale=w13_scale, block_shape=block_shape, config=c1, table=table))
-    hq, h_scale = quantize_h(h)
+                            b_scale=w13_scale, block_shape=block_shape, config=c1, table=table, pow2=pow2))
+    hq, h_scale = quantize_h(h) if quantize_h is not None else (h, None)
     launch(*tc_gemm2_launch(hq, w2, topk_ids, topk_weights, out, part2, sync2, expert_map=expert_map,
                             mul_routed_weight=mul_routed_weight, bias=w2_bias, quant=quant, a_scale=h_scale,
-                            b_scale=w2_scale, block_shape=block_shape, config=c2, table=table))
+                            b_scale=w2_scale, block_shape=block_shape, config=c2, table=table, pow2=pow2))
     return h, out
