@@ -234,9 +234,9 @@ def test_tc_decode_empty_and_bad_operands():
     with pytest.raises(ValueError, match="quant='tensor'"):
         tc_decode(xt.to(torch.float16), w13t, w2t, tw, ids, w13_scale=b1t, w2_scale=b2t, quant="tensor")
     xb, w13b, w2b, _, b1b, b2b = _case(SCHEMES[3], 1, 2, H_BLK, I_BLK)
-    with pytest.raises(ValueError, match="BLOCK_K equal to the scale group"):
+    with pytest.raises(ValueError, match="power-of-two group"):
         tc_decode(xb.to(torch.float16), w13b, w2b, tw, ids, w13_scale=b1b, w2_scale=b2b, quant="block",
-                  block_shape=(16, 32), config1=dict(BLOCK_N=16, BLOCK_K=16, SPLIT_K=1))
+                  block_shape=(16, 48))
     with pytest.raises(ValueError, match="SHARE takes 8-bit activations"):
         tc_decode(x.to(torch.float16), w13, w2, tw, ids, w13_scale=b1, w2_scale=b2, config1=dict(CFGS[3][0]),
                   config2=dict(CFGS[0][1]))
@@ -255,14 +255,18 @@ def _quantizer(scheme, pow2=False):
 QA_SCHEMES = [SCHEMES[0], SCHEMES[1], SCHEMES[3]]
 
 
+@pytest.mark.parametrize("chunk", [8192, 32], ids=["one-load", "chunked"])
 @pytest.mark.parametrize("cfgs", CFGS[:3], ids=["plain", "split2-groups2", "split4-groups4"])
 @pytest.mark.parametrize("scheme", QA_SCHEMES, ids=lambda s: f"{s[0]}-{str(s[1]).replace('torch.', '')}")
-def test_tc_qa_equals_quantize_launches(scheme, cfgs):
-    # QA: x and h bf16, quantized inside GEMM1 / GEMM2, against the chain with the scheme's
+def test_tc_qa_equals_quantize_launches(scheme, cfgs, chunk, monkeypatch):
+    # QA: x and h bf16, quantized by the GEMMs' programs first, against the chain with the scheme's
     # quantization kernels between them: the same codes and scales, so h and out are bitwise
     # equal. Random fp16 activations (not small integers), T = 1 and 5, odd sizes, an expert_map
     # drop with a token that keeps no slot, power-of-two group scales, and a row with an Inf
-    # (its scale is NaN in both: the NaN reaches that token's output, not the others')
+    # (its scale is NaN in both: the NaN reaches that token's output, not the others').
+    # "chunked": the quantization pass loads 32 elements at a time (several loads a row)
+    from fusedmoe.kernels import decode_tc
+    monkeypatch.setattr(decode_tc, "QA_MAX_CHUNK", chunk)
     quant, dt, _, _, block = scheme
     H, I = (H_BLK, I_BLK) if block else (H_ODD, I_ODD)
     k = 2

@@ -86,25 +86,56 @@ def _tile_dot(w_ptrs, a_ptrs, k_ok, col_ok, INT8: tl.constexpr):
 
 
 @triton.jit
-def _tile_dot_q(w_ptrs, a_ptrs, k_ok, col_ok, sa, INT8: tl.constexpr, QA: tl.constexpr, POW2: tl.constexpr,
-                BITWISE_FP8: tl.constexpr):
-    """``_tile_dot`` on 16-bit activations quantized here (QA, column 0 alone): QA 1 by the
-    row's scale ``sa`` (of ``_row_scales``, before the K loop); QA 2 by the scale of this K
-    tile, one 1 x BK group (BLOCK_K == GROUP_K), from its own amax. The codes and scales are
-    those of kernels/quantize.py's per-token / group kernels, bit for bit (the same helpers).
-    Returns (the product, the activation scale used: ``sa`` or the tile's)."""
-    w = tl.load(w_ptrs, mask=k_ok[None, :], other=0.0)
-    a = tl.load(a_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-    if QA == 2:
-        sa = _scale_from_amax_bits(tl.max(tl.max(_abs_bits(a), axis=1), axis=0), 448.0, POW2)
-    if INT8:
-        d = tl.dot(w, _quantize(a, sa, "int8", False, True), out_dtype=tl.int32)
+def _qa_rows(a_rows, q_rows, s_rows, ok, k_lo, k_hi, K, stride_ak, stride_qk, stride_sk,
+             QA: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
+             INT8: tl.constexpr, GROUP_K: tl.constexpr, R: tl.constexpr, CHUNK: tl.constexpr,
+             ONE_CHUNK: tl.constexpr):
+    """QA: R rows of 16-bit activations (``a_rows`` [R] pointers, where ``ok``) quantized into
+    8-bit rows ``q_rows`` over columns [k_lo, k_hi), with their scales at ``s_rows``: the codes
+    and scales of kernels/quantize.py's dynamic quantizers, bit for bit (the same helpers).
+    QA 1: one scale a row, from the amax over all K (ONE_CHUNK: K <= CHUNK, one load for both
+    passes); QA 2: a scale a 1 x GROUP_K group (GROUP_K a power of two dividing CHUNK), every
+    group that [k_lo, k_hi) touches, whole.
+    Every program that needs a row writes it; programs of one row write the same bytes."""
+    QT: tl.constexpr = "int8" if INT8 else "fp8"
+    if QA == 1:
+        if ONE_CHUNK:
+            kk = tl.arange(0, CHUNK)
+            a = tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=ok[:, None] & (kk < K)[None, :], other=0.0)
+            sc = _scale_from_amax_bits(tl.max(_abs_bits(a), axis=1), QMAX, False)              # [R]
+        else:
+            sc = _row_scales(a_rows, stride_ak, K, tl.where(ok, K, 0), QMAX, R, CHUNK)
+        tl.store(s_rows, sc, mask=ok)
+        if ONE_CHUNK:                                  # the row loaded above, columns [k_lo, k_hi) stored
+            q = _quantize(a, sc[:, None], QT, BITWISE_FP8, True)
+            if BITWISE_FP8 and not INT8:               # the interpreter: e4m3 bits as uint8
+                q = q.to(tl.float8e4nv, bitcast=True)
+            tl.store(q_rows[:, None] + kk[None, :] * stride_qk, q, mask=ok[:, None] & ((kk >= k_lo) & (kk < k_hi))[None, :])
+        else:
+            for k0 in range(k_lo, k_hi, CHUNK):
+                kk = k0 + tl.arange(0, CHUNK)
+                m = ok[:, None] & (kk < k_hi)[None, :]
+                a = tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=m, other=0.0)
+                q = _quantize(a, sc[:, None], QT, BITWISE_FP8, True)
+                if BITWISE_FP8 and not INT8:
+                    q = q.to(tl.float8e4nv, bitcast=True)
+                tl.store(q_rows[:, None] + kk[None, :] * stride_qk, q, mask=m)
     else:
-        q = _quantize(a, sa, "fp8", BITWISE_FP8, True)
-        if BITWISE_FP8:                                # the interpreter: e4m3 bits as uint8
-            q = q.to(tl.float8e4nv, bitcast=True)
-        d = tl.dot(w, q)
-    return d, sa
+        tl.static_assert(QA == 2 and not INT8, "QA 2: fp8 groups")
+        CG: tl.constexpr = CHUNK // GROUP_K
+        k_hi = tl.minimum(K, tl.cdiv(k_hi, GROUP_K) * GROUP_K)     # whole groups: their amax is the row's
+        for k0 in range((k_lo // GROUP_K) * GROUP_K, k_hi, CHUNK):
+            kk = k0 + tl.arange(0, CHUNK)
+            m = ok[:, None] & (kk < k_hi)[None, :]
+            a = tl.reshape(tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=m, other=0.0), (R, CG, GROUP_K))
+            sc = _scale_from_amax_bits(tl.max(_abs_bits(a), axis=2), 448.0, POW2)             # [R, CG]
+            q = _quantize(a, sc[:, :, None], "fp8", BITWISE_FP8, True)
+            if BITWISE_FP8:
+                q = q.to(tl.float8e4nv, bitcast=True)
+            tl.store(q_rows[:, None] + kk[None, :] * stride_qk, tl.reshape(q, (R, CHUNK)), mask=m)
+            g = k0 // GROUP_K + tl.arange(0, CG)
+            tl.store(s_rows[:, None] + g[None, :] * stride_sk, sc, mask=ok[:, None] & (g * GROUP_K < k_hi)[None, :])
+    tl.debug_barrier()                                 # the rows and scales, before this CTA reads them
 
 
 @triton.jit
@@ -219,20 +250,21 @@ def _tc_gemm1_kernel(
     N_OUT, K, num_global, E,
     stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha, table_ptr,
+    limit, alpha, table_ptr, xq_ptr, stride_qm,
     TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, SHARE: tl.constexpr = False,
     QA: tl.constexpr = 0, QMAX: tl.constexpr = 448.0, POW2: tl.constexpr = False, BITWISE_FP8: tl.constexpr = False,
-    QA_CHUNK: tl.constexpr = 256,
+    QA_CHUNK: tl.constexpr = 256, ONE_CHUNK: tl.constexpr = True,
 ):
     """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
     expert (ROWS = 2 BN; BN rows when not gated) over its K slice. SHARE (SPLIT_K 1): the
     pair's program leads the pairs of its table row or does nothing. QA (not SHARE): x is
-    16-bit and quantized here, 1 per token (the row's amax first, QA_CHUNK elements a load),
-    2 per 1 x BLOCK_K group (``_tile_dot_q``); A_SCALE is then 0."""
+    16-bit; each program first quantizes its token's row (its K slice) into ``xq_ptr`` and the
+    scales into ``a_scale_ptr`` (``_qa_rows``: A_SCALE 2 per token, 3 per group), then reads
+    them as it reads a quantized x."""
     if PDL:
         gdc_launch_dependents()
     if PDL_WAIT:
@@ -250,6 +282,13 @@ def _tc_gemm1_kernel(
         prs = s + cols * 0
         col_ok = cols == 0
     if go:
+        if QA:
+            tl.static_assert(not SHARE, "QA: a program a pair")
+            per_ = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+            tq = (s // TOP_K) + tl.zeros((1,), dtype=tl.int64)
+            _qa_rows(x_ptr + tq * stride_xm, xq_ptr + tq * stride_qm, a_scale_ptr + tq * stride_asm, tq >= 0,
+                     pid_k * per_, tl.minimum(K, pid_k * per_ + per_), K, stride_xk, 1, stride_ask,
+                     QA, QMAX, POW2, BITWISE_FP8, INT8, GROUP_K, 1, QA_CHUNK, ONE_CHUNK)
         ROWS: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
         r = tl.arange(0, ROWS)
         offs_n = pid_n * BLOCK_N + r % BLOCK_N
@@ -259,7 +298,12 @@ def _tc_gemm1_kernel(
         toks = prs.to(tl.int64) // TOP_K                                         # [16]: each column's token
         kk = tl.arange(0, BLOCK_K)
         w_rows = w_ptr + e64 * stride_we + wrows.to(tl.int64)[:, None] * stride_wn
-        x_row = x_ptr + toks[None, :] * stride_xm
+        if QA:                                                                   # the rows just written
+            x_row = xq_ptr + toks[None, :] * stride_qm
+            sxk = 1
+        else:
+            x_row = x_ptr + toks[None, :] * stride_xm
+            sxk = stride_xk
         as_ptr = a_scale_ptr + t * stride_asm
         as_cols = a_scale_ptr + toks * stride_asm
         bs_e = b_scale_ptr + e64 * stride_bse
@@ -270,25 +314,10 @@ def _tc_gemm1_kernel(
             acc = tl.zeros((ROWS, 16), dtype=tl.int32)
         else:
             acc = tl.zeros((ROWS, 16), dtype=tl.float32)
-        sa = 1.0
-        if QA == 1:
-            sa = tl.sum(_row_scales(x_ptr + t * stride_xm + tl.zeros((1,), dtype=tl.int64), stride_xk, K,
-                                    K + tl.zeros((1,), dtype=tl.int32), QMAX, 1, QA_CHUNK), axis=0)
-        if QA:
-            tl.static_assert(not SHARE and A_SCALE == 0, "QA: a program a pair, no activation scales given")
         for k0 in range(k_lo, k_hi, BLOCK_K):
             ks = k0 + kk
-            if QA:
-                part, sa_k = _tile_dot_q(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K,
-                                         col_ok, sa, INT8, QA, POW2, BITWISE_FP8)
-            else:
-                part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K, col_ok,
-                                 INT8)
-                sa_k = 1.0
-            if QA == 2:                     # (A_SCALE 0: bs x the tile's scale, the separate chain's bs x as)
-                acc += part.to(tl.float32) * (_row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
-                                                         0, B_SCALE, GROUP_N, GROUP_K, True, False) * sa_k)[:, None]
-            elif SHARE and (A_SCALE == 3 or B_SCALE == 3):
+            part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * sxk, ks < K, col_ok, INT8)
+            if SHARE and (A_SCALE == 3 or B_SCALE == 3):
                 f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
                                0, B_SCALE, GROUP_N, GROUP_K, True, False)
                 acc += part.to(tl.float32) * (f[:, None] * _col_scale(as_cols, col_ok, k0, stride_ask, A_SCALE,
@@ -307,11 +336,8 @@ def _tc_gemm1_kernel(
                                stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS, BLOCK_N)
         else:
             v = tl.sum(acc.to(tl.float32), axis=1)                                # [ROWS]: column 0
-            f = _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
-                           A_SCALE, B_SCALE, GROUP_N, GROUP_K, False, True)
-            if QA == 1:                     # (as x bs == bs x as: the separate chain's factor, bit for bit)
-                f = f * sa
-            v = v * f
+            v = v * _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
+                               A_SCALE, B_SCALE, GROUP_N, GROUP_K, False, True)
             if SPLIT_K > 1:
                 tiles = tl.num_programs(0)
                 slot = part_ptr + (s * SPLIT_K) * (tiles * ROWS) + pid_n * ROWS + r
@@ -372,24 +398,35 @@ def _tc_gemm2_kernel(
     h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, part_ptr, sync_ptr,
     N_OUT, K, num_global, E,
     stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
-    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, hq_ptr, stride_qm,
     TOP_K: tl.constexpr, SLOTS: tl.constexpr, GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_MAP: tl.constexpr, MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
     QA: tl.constexpr = 0, QMAX: tl.constexpr = 448.0, POW2: tl.constexpr = False, BITWISE_FP8: tl.constexpr = False,
-    QA_CHUNK: tl.constexpr = 256, SP: tl.constexpr = 1,
+    QA_CHUNK: tl.constexpr = 256, ONE_CHUNK: tl.constexpr = True,
+    SP: tl.constexpr = 1,
 ):
     """Grid (N tiles, GROUPS, tokens). A program: BN rows of H for SLOTS of its token's k
     slots (group g: slots g*SLOTS ..), one loop over (slot, K tile) so that the next slot's
     weights stream while this one's finish; per slot the scales and the routing weight.
-    QA: h is 16-bit and quantized here as in GEMM1 (1: the SLOTS rows' scales first, SP >=
-    SLOTS a power of two; 2: per K tile)."""
+    QA: h is 16-bit; each program first quantizes its SLOTS kept rows (SP >= SLOTS, a power
+    of two) into ``hq_ptr`` and ``a_scale_ptr`` as GEMM1 does x."""
     if PDL:
         gdc_wait()
     pid_n = tl.program_id(0)
     grp = tl.program_id(1)
     t = tl.program_id(2).to(tl.int64)
+    if QA:
+        jp = tl.arange(0, SP)
+        jq = grp * SLOTS + jp
+        s_p = t * TOP_K + tl.minimum(jq, TOP_K - 1)
+        kept = _local_experts(ids_ptr, map_ptr, s_p, (jp < SLOTS) & (jq < TOP_K), num_global, E, HAS_MAP) >= 0
+        _qa_rows(h_ptr + s_p * stride_hm, hq_ptr + s_p * stride_qm, a_scale_ptr + s_p * stride_asm, kept, 0, K, K,
+                 stride_hk, 1, stride_ask, QA, QMAX, POW2, BITWISE_FP8, INT8, GROUP_K, SP, QA_CHUNK, ONE_CHUNK)
+        h_ptr = hq_ptr
+        stride_hm = stride_qm
+        stride_hk = 1
     r = tl.arange(0, BLOCK_N)
     offs_n = pid_n * BLOCK_N + r
     n_ok = offs_n < N_OUT
@@ -399,13 +436,6 @@ def _tc_gemm2_kernel(
     cols = tl.arange(0, 16)
     nk = tl.cdiv(K, BLOCK_K)
     acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
-    if QA == 1:                                        # the scales of this program's SLOTS h rows
-        tl.static_assert(A_SCALE == 0, "QA: no activation scales given")
-        jp = tl.arange(0, SP)
-        s_p = t * TOP_K + tl.minimum(grp * SLOTS + jp, TOP_K - 1)
-        e_p = _local_experts(ids_ptr, map_ptr, s_p, (jp < SLOTS) & (grp * SLOTS + jp < TOP_K), num_global, E,
-                             HAS_MAP)
-        sc = _row_scales(h_ptr + s_p * stride_hm, stride_hk, K, tl.where(e_p >= 0, K, 0), QMAX, SP, QA_CHUNK)
     for i in range(0, SLOTS * nk):
         jj = i // nk
         k0 = (i - jj * nk) * BLOCK_K
@@ -415,22 +445,13 @@ def _tc_gemm2_kernel(
         keep = e >= 0
         e64 = tl.where(keep, e, 0).to(tl.int64)
         ks = k0 + kk
-        w_ptrs = w_rows + e64 * stride_we + ks[None, :] * stride_wk
-        a_ptrs = h_ptr + s * stride_hm + ks[:, None] * stride_hk + cols[None, :] * 0
+        part = _tile_dot(w_rows + e64 * stride_we + ks[None, :] * stride_wk,
+                         h_ptr + s * stride_hm + ks[:, None] * stride_hk + cols[None, :] * 0,
+                         ks < tl.where(keep, K, 0), cols == 0, INT8).to(tl.float32)
         as_ptr = a_scale_ptr + s * stride_asm
         bs_e = b_scale_ptr + e64 * stride_bse
         f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
                        A_SCALE, B_SCALE, GROUP_N, GROUP_K, True, True)
-        if QA:
-            sa = 1.0
-            if QA == 1:
-                sa = tl.sum(tl.where(jp == jj, sc, 0.0), axis=0)
-            part, sa = _tile_dot_q(w_ptrs, a_ptrs, ks < tl.where(keep, K, 0), cols == 0, sa, INT8, QA, POW2,
-                                   BITWISE_FP8)
-            part = part.to(tl.float32)
-            f = f * sa                      # (A_SCALE 0: bs x as, the separate chain's as x bs, bit for bit)
-        else:
-            part = _tile_dot(w_ptrs, a_ptrs, ks < tl.where(keep, K, 0), cols == 0, INT8).to(tl.float32)
         if MUL_W:
             f = f * tl.load(topk_w_ptr + s).to(tl.float32)
         acc += part * tl.where(keep, f, 0.0)[:, None]
@@ -636,16 +657,18 @@ QA_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 def _check(a, w, quant, block_shape, bk, a_scale=None) -> int:
     """The operands' checks; returns QA: 0 (a is 8-bit, quantized before), 1 / 2 (a is 16-bit
-    and quantized in the kernel per token / per 1 x BLOCK_K group, ``_tile_dot_q``)."""
+    and each program quantizes the rows it reads first, per token / per 1 x k group:
+    ``_qa_rows``)."""
     if a.dtype in QA_DTYPES and w.dtype in (torch.float8_e4m3fn, torch.int8):
         if quant not in ("channel", "block") or a_scale is not None:
             raise ValueError(f"tensor-core decode: 16-bit activations are quantized in the kernel only per "
                              f"token ('channel') or per 1 x k group ('block') with dynamic scales, got "
                              f"quant={quant!r}{' and a given a_scale' if a_scale is not None else ''}; "
                              f"quantize them first (kernels/quantize.py)")
-        if quant == "block" and (block_shape[1] != bk or w.dtype != torch.float8_e4m3fn):
-            raise ValueError(f"tensor-core decode: in-kernel group quantization takes fp8 weights and BLOCK_K "
-                             f"equal to the scale group, got BLOCK_K {bk}, group {block_shape[1]}, {w.dtype}")
+        gk = block_shape[1] if quant == "block" else 1
+        if quant == "block" and (gk & (gk - 1) or w.dtype != torch.float8_e4m3fn):
+            raise ValueError(f"tensor-core decode: in-kernel group quantization takes fp8 weights and a "
+                             f"power-of-two group, got group {gk}, {w.dtype}; quantize the activations first")
         return 2 if quant == "block" else 1
     if a.dtype not in (torch.float8_e4m3fn, torch.int8) or w.dtype != a.dtype:
         raise ValueError(f"tensor-core decode: 8-bit activations and weights of one dtype "
@@ -656,14 +679,23 @@ def _check(a, w, quant, block_shape, bk, a_scale=None) -> int:
     return 0
 
 
-def _qa_consts(qa: int, a: torch.Tensor, w: torch.Tensor, K: int, rows: int, pow2: bool) -> dict:
-    """QA constexprs: the 8-bit type's range, power-of-two group scales, the interpreter's
-    bitwise fp8 rounding, and the elements a load of the per-token amax pass reads (QA 1:
-    ``rows`` rows of K at once up to 8K elements)."""
-    if not qa:
-        return {}
-    return dict(QA=qa, QMAX=127.0 if w.dtype == torch.int8 else 448.0, POW2=bool(pow2),
-                BITWISE_FP8=_bitwise_fp8(a), QA_CHUNK=min(next_power_of_2(K), max(256, 8192 // rows)))
+QA_MAX_CHUNK = 8192   # QA: the most elements a program's quantization pass loads at once
+
+
+def _qa_setup(qa: int, a: torch.Tensor, w: torch.Tensor, K: int, span: int, rows: int, block_shape, pow2: bool):
+    """QA: (8-bit scratch [M, K] the programs write the quantized rows to, fp32 scale scratch
+    [M, 1] or [M, K / group], constexprs). ``span``: the K columns a program quantizes (GEMM1:
+    its K slice), ``rows`` the rows it does at once; a load reads up to QA_MAX_CHUNK elements."""
+    M = a.shape[0]
+    gk = block_shape[1] if qa == 2 else 1
+    q = torch.empty(M, K, dtype=w.dtype, device=a.device)
+    sc = torch.empty(M, cdiv(K, gk), dtype=torch.float32, device=a.device)
+    if qa == 1:
+        chunk = min(next_power_of_2(K), max(min(256, QA_MAX_CHUNK), QA_MAX_CHUNK // rows))
+    else:
+        chunk = max(gk, min(next_power_of_2(span + gk), max(min(256, QA_MAX_CHUNK), QA_MAX_CHUNK // rows)))
+    return q, sc, dict(QA=qa, QMAX=127.0 if w.dtype == torch.int8 else 448.0, POW2=bool(pow2),
+                       BITWISE_FP8=_bitwise_fp8(a), QA_CHUNK=chunk, ONE_CHUNK=K <= chunk)
 
 
 def scratch_sizes(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dict, gated: bool = True) -> tuple:
@@ -737,19 +769,23 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
         config = tc_config("gemm1", T * k, n_out, K, k, gated, block_shape[1] if quant == "block" else None,
                            _num_sms(x.device))
     qa = _check(x, w13, quant, block_shape, config["BLOCK_K"], a_scale)
-    if qa and config.get("SHARE"):
-        raise ValueError("tensor-core decode: SHARE takes 8-bit activations (quantize x first)")
-    (sa, sb, ids, emap), counts, strides, consts = _common(x, w13, topk_ids, expert_map, bias, quant, a_scale,
+    xq, qc = x, {}
+    if qa:
+        if config.get("SHARE"):
+            raise ValueError("tensor-core decode: SHARE takes 8-bit activations (quantize x first)")
+        span = cdiv(cdiv(K, config["BLOCK_K"]), config["SPLIT_K"]) * config["BLOCK_K"]
+        xq, a_scale, qc = _qa_setup(qa, x, w13, K, span, 1, block_shape, pow2)
+    (sa, sb, ids, emap), counts, strides, consts = _common(xq, w13, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
-    consts.update(_qa_consts(qa, x, w13, K, 1, pow2))
     return (_tc_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), config["SPLIT_K"], T * k), (
         x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap, part, sync,
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), table if table is not None else sync,
+        xq, xq.stride(0),
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait,
-            **_share_consts(config, table), **consts),
+            **_share_consts(config, table), **consts, **qc),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl_wait)
 
 
@@ -765,15 +801,16 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
                            num_sms=_num_sms(h.device))
     qa = _check(h, w2, quant, block_shape, config["BLOCK_K"], a_scale)
     groups = config["GROUPS"]
-    (sa, sb, ids, emap), counts, strides, consts = _common(h, w2, topk_ids, expert_map, bias, quant, a_scale,
-                                                           b_scale, block_shape)
     slots = cdiv(k, groups)
-    consts.update(_qa_consts(qa, h, w2, K, next_power_of_2(slots), pow2))
+    hq, qc = h, {}
     if qa:
-        consts["SP"] = next_power_of_2(slots)
-    if _share_consts(config, table):
-        if qa:
+        if config.get("SHARE"):
             raise ValueError("tensor-core decode: SHARE takes 8-bit activations (quantize h first)")
+        hq, a_scale, qc = _qa_setup(qa, h, w2, K, K, next_power_of_2(slots), block_shape, pow2)
+        qc["SP"] = next_power_of_2(slots)
+    (sa, sb, ids, emap), counts, strides, consts = _common(hq, w2, topk_ids, expert_map, bias, quant, a_scale,
+                                                           b_scale, block_shape)
+    if _share_consts(config, table):
         return (_tc_gemm2_share_kernel, (cdiv(H, config["BLOCK_N"]), T * k), (
             h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
             H, K, *counts,
@@ -784,10 +821,10 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
     return (_tc_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), groups, T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
         H, K, *counts,
-        *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
+        *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides, hq, hq.stride(0),
     ), dict(TOP_K=k, SLOTS=slots, GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
-            BLOCK_K=config["BLOCK_K"], PDL=pdl, **consts), config.get("num_warps", 4), config.get("num_stages", 4),
-        pdl)
+            BLOCK_K=config["BLOCK_K"], PDL=pdl, **consts, **qc), config.get("num_warps", 4),
+        config.get("num_stages", 4), pdl)
 
 
 def share_table(T: int, top_k: int, device) -> torch.Tensor:
