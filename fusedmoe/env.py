@@ -160,11 +160,6 @@ def decode_share() -> bool | None:
     return _switch("FUSEDMOE_DECODE_SHARE")
 
 
-def decode_qa() -> bool | None:
-    """FUSEDMOE_DECODE_QA as a bool (None when unset: kernels/decode_tc.py ``tc_qa``)."""
-    return _switch("FUSEDMOE_DECODE_QA")
-
-
 def decode_pdl() -> bool:
     """False when FUSEDMOE_DECODE_PDL is 0/false (on by default where the device has it)."""
     return os.environ.get("FUSEDMOE_DECODE_PDL", "1").strip() not in ("0", "false", "False")

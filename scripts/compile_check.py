@@ -69,7 +69,7 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
             raise TypeError(f"{p.name}: {type(a)}")
     for p in kernel.params[len(args):]:
         v = constexprs[p.name] if p.name in constexprs else p.default
-        if p.name == "BITWISE_FP8" and kernel.fn.__module__.endswith((".decode", ".decode_tc")):
+        if p.name == "BITWISE_FP8" and kernel.fn.__module__.endswith(".decode"):
             v = False          # the GPU's value (CPU tensors: the interpreter's); the quantizers
             #                    and grouped GEMMs get uint8 views of fp8 outputs on the CPU
         sig[p.name] = "constexpr"
@@ -409,11 +409,6 @@ def tc_cases() -> list:
             (f"tc {name} gemm2 groups1", tc.tc_gemm2_launch(
                 hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2,
                 config=dict(BLOCK_N=64, BLOCK_K=128, GROUPS=1, num_warps=4, num_stages=4), **q)),
-            # QA: x and h bf16, quantized in the GEMMs (GEMM1 first in the chain: no wait)
-            (f"tc {name} gemm1 qa", tc.tc_gemm1_launch(torch.empty(T, H, dtype=bf), w13, ids, "silu", h, part, sync,
-                                                       b_scale=s13, pdl=True, pow2=quant == "block", **q)),
-            (f"tc {name} gemm2 qa", tc.tc_gemm2_launch(h, w2, ids, tw, out, part, sync, b_scale=s2, pdl=True,
-                                                       pow2=quant == "block", **q)),
         ]
     return cases
 

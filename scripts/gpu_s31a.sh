@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 31 (H100: kind nvidia-h100-x1): QA, x and h quantized inside the tensor-core decode GEMMs.
-# The layer A/B first (a16, tc with QA = the new default, tc with the quantization launches), then the GPU
-# tests of the tc decode kernels and of the layer's W8A8 decode / PDL chain.
+# Session 31 (H100: kind nvidia-h100-x1): QA, x and h quantized inside the tensor-core decode GEMMs: tried and
+# reverted. Run at commits 6d5550c (in-loop form) and e54feb6 (prologue form), where the tc_noqa mode existed:
+# the layer A/B (a16, tc with QA, tc with the quantization launches), then the GPU tests of QA.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

@@ -248,9 +248,7 @@ def _eager_and_replayed(pe, x, tw, ti):
                                         ("fp8_block", "a8"), ("fp8_channel", "a16"), ("fp8_block", "a16"),
                                         ("fp8_tensor", "a16"), ("fp8_channel", "tc"), ("int8_channel", "tc"),
                                         ("fp8_block", "tc"), ("fp8_block", "auto"), ("fp8_channel", "auto"),
-                                        ("fp8_channel", "tc_share"), ("fp8_block", "tc_share"),
-                                        ("fp8_channel", "tc_noqa"), ("int8_channel", "tc_noqa"),
-                                        ("fp8_block", "tc_noqa")])
+                                        ("fp8_channel", "tc_share"), ("fp8_block", "tc_share")])
 @pytest.mark.parametrize("T", [1, 3])
 def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     # decode: GEMM2 a programmatic dependent launch of GEMM1 (16-bit), or the W8A8 chain
@@ -265,9 +263,6 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "64")          # T = 3 on the decode path too
     if mode == "tc_share":                                     # + the share table, a link of the chain
         monkeypatch.setenv("FUSEDMOE_DECODE_SHARE", "1")
-        mode = "tc"
-    if mode == "tc_noqa":                                      # tc with the quantization launches
-        monkeypatch.setenv("FUSEDMOE_DECODE_QA", "0")          # (plain "tc": quantized in the GEMMs)
         mode = "tc"
     monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)            # W8A8: 16-bit activations, or quantized
     outs = {}
@@ -326,7 +321,6 @@ def test_decode_quantization_launches_reuse_their_buffers(quant, mode, monkeypat
     w = _weights(cfg, quant)
     monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "64")
     monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)
-    monkeypatch.setenv("FUSEDMOE_DECODE_QA", "0")              # tc: the launches, not QA
     pe = prepare_experts(cfg, w, "triton")
     for seed, T in ((1, 2), (2, 3), (3, 2), (4, 2)):
         x, tw, ti = _routed(cfg, T, seed=seed)

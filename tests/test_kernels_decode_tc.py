@@ -225,82 +225,8 @@ def test_tc_decode_empty_and_bad_operands():
     assert out.shape == (0, H_ODD)
     tw, ids = _routing(1, E, 2)
     with pytest.raises(ValueError, match="8-bit activations and weights"):
-        tc_decode(x.to(torch.int8), w13, w2, tw, ids, x_scale=a1, w13_scale=b1, w2_scale=b2,
+        tc_decode(x.to(torch.float16), w13, w2, tw, ids, x_scale=a1, w13_scale=b1, w2_scale=b2,
                   quantize_h=_quant_h(scheme, 0))
-    # 16-bit x is quantized in the kernel (QA) only with dynamic per-token / group scales
-    with pytest.raises(ValueError, match="given a_scale"):
-        tc_decode(x.to(torch.float16), w13, w2, tw, ids, x_scale=a1, w13_scale=b1, w2_scale=b2)
-    xt, w13t, w2t, _, b1t, b2t = _case(SCHEMES[2], 1, 2, H_ODD, I_ODD)
-    with pytest.raises(ValueError, match="quant='tensor'"):
-        tc_decode(xt.to(torch.float16), w13t, w2t, tw, ids, w13_scale=b1t, w2_scale=b2t, quant="tensor")
-    xb, w13b, w2b, _, b1b, b2b = _case(SCHEMES[3], 1, 2, H_BLK, I_BLK)
-    with pytest.raises(ValueError, match="power-of-two group"):
-        tc_decode(xb.to(torch.float16), w13b, w2b, tw, ids, w13_scale=b1b, w2_scale=b2b, quant="block",
-                  block_shape=(16, 48))
-    with pytest.raises(ValueError, match="SHARE takes 8-bit activations"):
-        tc_decode(x.to(torch.float16), w13, w2, tw, ids, w13_scale=b1, w2_scale=b2, config1=dict(CFGS[3][0]),
-                  config2=dict(CFGS[0][1]))
-
-
-def _quantizer(scheme, pow2=False):
-    """The scheme's dynamic activation quantizer of kernels/quantize.py (the separate launch QA
-    replaces): per token for 'channel', 1 x 32 groups for the test block (16, 32)."""
-    from fusedmoe.kernels.quantize import quant_fp8_group, quant_fp8_token, quant_int8_token
-    quant, dt = scheme[0], scheme[1]
-    if quant == "block":
-        return lambda a: quant_fp8_group(a, scheme[4][1], pow2)
-    return quant_int8_token if dt == torch.int8 else quant_fp8_token
-
-
-QA_SCHEMES = [SCHEMES[0], SCHEMES[1], SCHEMES[3]]
-
-
-@pytest.mark.parametrize("chunk", [8192, 32], ids=["one-load", "chunked"])
-@pytest.mark.parametrize("cfgs", CFGS[:3], ids=["plain", "split2-groups2", "split4-groups4"])
-@pytest.mark.parametrize("scheme", QA_SCHEMES, ids=lambda s: f"{s[0]}-{str(s[1]).replace('torch.', '')}")
-def test_tc_qa_equals_quantize_launches(scheme, cfgs, chunk, monkeypatch):
-    # QA: x and h bf16, quantized by the GEMMs' programs first, against the chain with the scheme's
-    # quantization kernels between them: the same codes and scales, so h and out are bitwise
-    # equal. Random fp16 activations (not small integers), T = 1 and 5, odd sizes, an expert_map
-    # drop with a token that keeps no slot, power-of-two group scales, and a row with an Inf
-    # (its scale is NaN in both: the NaN reaches that token's output, not the others').
-    # "chunked": the quantization pass loads 32 elements at a time (several loads a row)
-    from fusedmoe.kernels import decode_tc
-    monkeypatch.setattr(decode_tc, "QA_MAX_CHUNK", chunk)
-    quant, dt, _, _, block = scheme
-    H, I = (H_BLK, I_BLK) if block else (H_ODD, I_ODD)
-    k = 2
-    emap = torch.tensor([0, -1, 1, 2, 3], dtype=torch.int32, device=DEV)
-    for T, use_map, pow2, inf in ((1, False, False, False), (5, True, True, False), (5, False, False, True)):
-        _, w13, w2, _, b1, b2 = _case(scheme, T, k, H, I, seed=T)
-        g = torch.Generator().manual_seed(20 + T)
-        x = (torch.randn(T, H, generator=g) * 3).to(torch.bfloat16).to(DEV)   # (no bf16 dot: QA quantizes)
-        tw, ids = _routing(T, E, k, seed=9 + T)
-        if use_map:
-            w13, w2, b1, b2 = w13[:4], w2[:4], b1[:4], b2[:4]
-            ids[0] = torch.tensor([1, 1], dtype=torch.int32)
-        if inf:
-            x[2, 3] = float("inf")
-        qz = _quantizer(scheme, pow2)
-        kw = dict(w13_scale=b1, w2_scale=b2, quant=quant, block_shape=block, expert_map=emap if use_map else None,
-                  config1=dict(cfgs[0]), config2=dict(cfgs[1]))
-        xq, xs = qz(x)
-        h0, o0 = tc_decode(xq, w13, w2, tw, ids, x_scale=xs, quantize_h=qz, **kw)
-        h1, o1 = tc_decode(x, w13, w2, tw, ids, pow2=pow2, **kw)
-        kept = ids.view(-1) != (1 if use_map else -1)      # dropped pairs' h rows are never written
-        torch.testing.assert_close(h1[kept], h0[kept], rtol=0, atol=0, equal_nan=True)
-        torch.testing.assert_close(o1, o0, rtol=0, atol=0, equal_nan=True)
-        if use_map:
-            assert (o1[0] == 0).all()
-        if inf:
-            assert torch.isnan(o1[2]).all() and torch.isfinite(o1[torch.arange(T, device=DEV) != 2]).all()
-        else:
-            assert torch.isfinite(o1).all()
-        # and the W8A8 math itself: the dequantized x and h through the references
-        ref1 = gemm1_act_ref(xq, w13, ids, "silu", expert_map=kw["expert_map"], quant=quant, a_scale=xs,
-                             b_scale=b1, block=block)
-        fin = kept & torch.isfinite(ref1).all(1)
-        assert _rel(h1[fin], ref1[fin]) < 1e-2
 
 
 def test_tc_config_rules():

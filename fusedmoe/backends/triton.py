@@ -89,13 +89,11 @@ class DecodeMode(NamedTuple):
     """How the decode kernels run a call: ``a16`` (x and h stay 16-bit: the weight-only math
     of W8A8 schemes, and 16-bit schemes), ``tc`` (the tensor-core GEMMs of
     kernels/decode_tc.py on quantized x and h), ``pdl`` (GEMM2, and with ``chain`` every
-    launch after the first, a programmatic dependent launch), ``qa`` (tc: x and h quantized
-    inside the GEMMs, no quantization launches; decode_tc.tc_qa)."""
+    launch after the first, a programmatic dependent launch)."""
     a16: bool
     tc: bool
     pdl: bool
     chain: bool
-    qa: bool = False
 
 
 def decode_pairs(config: MoEConfig, mode: str = "16bit") -> int:
@@ -329,12 +327,6 @@ class TritonExperts(Experts):
         self._mode8 = DecodeMode(a16=False, tc=mode in ("tc", "auto"), pdl=chain, chain=chain)
         self.decode_pairs = decode_pairs(config, mode)  # env read once
         self._auto_a16_t = auto_a16_max_t(self.scheme, platform)
-        # tc with x and h quantized inside the GEMMs (QA, decode_tc.tc_qa): dynamic per-token
-        # or group activation scales only; per T (SHARE excludes it), cached
-        self._qa_ok = (self._mode8.tc and self.weights.a13_scale is None and self.weights.a2_scale is None
-                       and self.scheme.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL,
-                                                  QuantMethod.FP8_BLOCK))
-        self._qa_modes: dict = {}
         # (both decode GEMMs in one launch was measured slower than the two with PDL on the
         # H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8 46.3 vs 33.1; docs/BENCHMARKS.md.
         # Removed in session 12: wrong on tiny grids on the GPU; commit e6c0681 has it.)
@@ -439,20 +431,7 @@ class TritonExperts(Experts):
         m = self.w8a8_mode
         if m in ("16bit", "a16") or (m == "auto" and T <= self._auto_a16_t):
             return self._mode16
-        if not self._qa_ok:
-            return self._mode8
-        mode = self._qa_modes.get(T)
-        if mode is None:
-            from ..kernels import decode_tc as tc
-            from ..kernels.grouped_gemm import _num_sms
-            c = self.config
-            gk = self.block_shape[1] if self.quant_mode == "block" else None
-            qa = tc.tc_qa(T * c.top_k, c.top_k, c.num_local_experts, c.intermediate_size, c.hidden_size, gk,
-                          _num_sms(self.weights.w13.device), c.is_gated)
-            if len(self._qa_modes) >= 64:
-                self._qa_modes.clear()
-            mode = self._qa_modes[T] = self._mode8._replace(qa=qa)
-        return mode
+        return self._mode8
 
     def quantizes_activations(self, T: int) -> bool:
         """Whether a forward of T tokens quantizes x and h as the W8A8 scheme does (False for
@@ -471,7 +450,7 @@ class TritonExperts(Experts):
         ``quantize_activation`` calls were ~70% of a 233 us eager host time). The buffers are
         reused by the next call of the same shape and ``role`` ('x' / 'h': never one buffer for
         both; stream-ordered, as the plan's h)."""
-        if mode.a16 or mode.qa:
+        if mode.a16:
             return a, None
         m = self.scheme.method
         if (static_scale is not None or m not in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL,
@@ -610,19 +589,16 @@ class TritonExperts(Experts):
         c, w = self.config, self.weights
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         b0 = None
-        pdl_wait = mode.chain and not mode.qa     # QA: GEMM1 is the chain's first launch
-        if mode.tc and (x.element_size() == 1 or mode.qa):   # (the tc slots are decode.py's: same positions)
+        if mode.tc and x.element_size() == 1:     # (the tc slots are decode.py's: same positions)
             gemm1_launch, gemm2_launch, table_launch = self._tc_launches(x, h, ids, out, expert_map)
             if table_launch is not None:          # SHARE: the table, a link of the chain before GEMM1
                 b0 = bind(*table_launch(ids, expert_map, mode.chain), slots=(0, 1))
-            if mode.qa:
-                q["pow2"] = self.scheme.scale_pow2
         else:
             gemm1_launch, gemm2_launch = dk.gemm1_launch, dk.gemm2_launch
         names = ("out", "ids", "map")
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
                             swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                            a_scale=x_scale, b_scale=w.w13_scale, pdl=mode.pdl, pdl_wait=pdl_wait, **q)
+                            a_scale=x_scale, b_scale=w.w13_scale, pdl=mode.pdl, pdl_wait=mode.chain, **q)
         slots = [S1[n] for n in ("x",) + names + (("a_scale",) if x_scale is not None else ())]
         b1 = bind(*spec, slots=slots)
         hq, h_scale = self._dquant(h, w.a2_scale, mode, mode.chain, role="h")

@@ -53,10 +53,10 @@ import triton
 import triton.language as tl
 
 from .. import env
-from .decode import _local_experts, _row_scales
+from .decode import _local_experts
 from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import _abs_bits, _bitwise_fp8, _quantize, _scale_from_amax_bits, gdc_launch_dependents, gdc_wait
+from .quantize import gdc_launch_dependents, gdc_wait
 
 N_COLS = 16      # the activation operand's width: tl.dot's minimum
 
@@ -83,59 +83,6 @@ def _tile_dot(w_ptrs, a_ptrs, k_ok, col_ok, INT8: tl.constexpr):
     if INT8:
         return tl.dot(w, a, out_dtype=tl.int32)
     return tl.dot(w, a)
-
-
-@triton.jit
-def _qa_rows(a_rows, q_rows, s_rows, ok, k_lo, k_hi, K, stride_ak, stride_qk, stride_sk,
-             QA: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
-             INT8: tl.constexpr, GROUP_K: tl.constexpr, R: tl.constexpr, CHUNK: tl.constexpr,
-             ONE_CHUNK: tl.constexpr):
-    """QA: R rows of 16-bit activations (``a_rows`` [R] pointers, where ``ok``) quantized into
-    8-bit rows ``q_rows`` over columns [k_lo, k_hi), with their scales at ``s_rows``: the codes
-    and scales of kernels/quantize.py's dynamic quantizers, bit for bit (the same helpers).
-    QA 1: one scale a row, from the amax over all K (ONE_CHUNK: K <= CHUNK, one load for both
-    passes); QA 2: a scale a 1 x GROUP_K group (GROUP_K a power of two dividing CHUNK), every
-    group that [k_lo, k_hi) touches, whole.
-    Every program that needs a row writes it; programs of one row write the same bytes."""
-    QT: tl.constexpr = "int8" if INT8 else "fp8"
-    if QA == 1:
-        if ONE_CHUNK:
-            kk = tl.arange(0, CHUNK)
-            a = tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=ok[:, None] & (kk < K)[None, :], other=0.0)
-            sc = _scale_from_amax_bits(tl.max(_abs_bits(a), axis=1), QMAX, False)              # [R]
-        else:
-            sc = _row_scales(a_rows, stride_ak, K, tl.where(ok, K, 0), QMAX, R, CHUNK)
-        tl.store(s_rows, sc, mask=ok)
-        if ONE_CHUNK:                                  # the row loaded above, columns [k_lo, k_hi) stored
-            q = _quantize(a, sc[:, None], QT, BITWISE_FP8, True)
-            if BITWISE_FP8 and not INT8:               # the interpreter: e4m3 bits as uint8
-                q = q.to(tl.float8e4nv, bitcast=True)
-            tl.store(q_rows[:, None] + kk[None, :] * stride_qk, q, mask=ok[:, None] & ((kk >= k_lo) & (kk < k_hi))[None, :])
-        else:
-            for k0 in range(k_lo, k_hi, CHUNK):
-                kk = k0 + tl.arange(0, CHUNK)
-                m = ok[:, None] & (kk < k_hi)[None, :]
-                a = tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=m, other=0.0)
-                q = _quantize(a, sc[:, None], QT, BITWISE_FP8, True)
-                if BITWISE_FP8 and not INT8:
-                    q = q.to(tl.float8e4nv, bitcast=True)
-                tl.store(q_rows[:, None] + kk[None, :] * stride_qk, q, mask=m)
-    else:
-        tl.static_assert(QA == 2 and not INT8, "QA 2: fp8 groups")
-        CG: tl.constexpr = CHUNK // GROUP_K
-        k_hi = tl.minimum(K, tl.cdiv(k_hi, GROUP_K) * GROUP_K)     # whole groups: their amax is the row's
-        for k0 in range((k_lo // GROUP_K) * GROUP_K, k_hi, CHUNK):
-            kk = k0 + tl.arange(0, CHUNK)
-            m = ok[:, None] & (kk < k_hi)[None, :]
-            a = tl.reshape(tl.load(a_rows[:, None] + kk[None, :] * stride_ak, mask=m, other=0.0), (R, CG, GROUP_K))
-            sc = _scale_from_amax_bits(tl.max(_abs_bits(a), axis=2), 448.0, POW2)             # [R, CG]
-            q = _quantize(a, sc[:, :, None], "fp8", BITWISE_FP8, True)
-            if BITWISE_FP8:
-                q = q.to(tl.float8e4nv, bitcast=True)
-            tl.store(q_rows[:, None] + kk[None, :] * stride_qk, tl.reshape(q, (R, CHUNK)), mask=m)
-            g = k0 // GROUP_K + tl.arange(0, CG)
-            tl.store(s_rows[:, None] + g[None, :] * stride_sk, sc, mask=ok[:, None] & (g * GROUP_K < k_hi)[None, :])
-    tl.debug_barrier()                                 # the rows and scales, before this CTA reads them
 
 
 @triton.jit
@@ -250,21 +197,16 @@ def _tc_gemm1_kernel(
     N_OUT, K, num_global, E,
     stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha, table_ptr, xq_ptr, stride_qm,
+    limit, alpha, table_ptr,
     TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, SHARE: tl.constexpr = False,
-    QA: tl.constexpr = 0, QMAX: tl.constexpr = 448.0, POW2: tl.constexpr = False, BITWISE_FP8: tl.constexpr = False,
-    QA_CHUNK: tl.constexpr = 256, ONE_CHUNK: tl.constexpr = True,
 ):
     """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
     expert (ROWS = 2 BN; BN rows when not gated) over its K slice. SHARE (SPLIT_K 1): the
-    pair's program leads the pairs of its table row or does nothing. QA (not SHARE): x is
-    16-bit; each program first quantizes its token's row (its K slice) into ``xq_ptr`` and the
-    scales into ``a_scale_ptr`` (``_qa_rows``: A_SCALE 2 per token, 3 per group), then reads
-    them as it reads a quantized x."""
+    pair's program leads the pairs of its table row or does nothing."""
     if PDL:
         gdc_launch_dependents()
     if PDL_WAIT:
@@ -282,13 +224,6 @@ def _tc_gemm1_kernel(
         prs = s + cols * 0
         col_ok = cols == 0
     if go:
-        if QA:
-            tl.static_assert(not SHARE, "QA: a program a pair")
-            per_ = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-            tq = (s // TOP_K) + tl.zeros((1,), dtype=tl.int64)
-            _qa_rows(x_ptr + tq * stride_xm, xq_ptr + tq * stride_qm, a_scale_ptr + tq * stride_asm, tq >= 0,
-                     pid_k * per_, tl.minimum(K, pid_k * per_ + per_), K, stride_xk, 1, stride_ask,
-                     QA, QMAX, POW2, BITWISE_FP8, INT8, GROUP_K, 1, QA_CHUNK, ONE_CHUNK)
         ROWS: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
         r = tl.arange(0, ROWS)
         offs_n = pid_n * BLOCK_N + r % BLOCK_N
@@ -298,12 +233,7 @@ def _tc_gemm1_kernel(
         toks = prs.to(tl.int64) // TOP_K                                         # [16]: each column's token
         kk = tl.arange(0, BLOCK_K)
         w_rows = w_ptr + e64 * stride_we + wrows.to(tl.int64)[:, None] * stride_wn
-        if QA:                                                                   # the rows just written
-            x_row = xq_ptr + toks[None, :] * stride_qm
-            sxk = 1
-        else:
-            x_row = x_ptr + toks[None, :] * stride_xm
-            sxk = stride_xk
+        x_row = x_ptr + toks[None, :] * stride_xm
         as_ptr = a_scale_ptr + t * stride_asm
         as_cols = a_scale_ptr + toks * stride_asm
         bs_e = b_scale_ptr + e64 * stride_bse
@@ -316,7 +246,7 @@ def _tc_gemm1_kernel(
             acc = tl.zeros((ROWS, 16), dtype=tl.float32)
         for k0 in range(k_lo, k_hi, BLOCK_K):
             ks = k0 + kk
-            part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * sxk, ks < K, col_ok, INT8)
+            part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K, col_ok, INT8)
             if SHARE and (A_SCALE == 3 or B_SCALE == 3):
                 f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
                                0, B_SCALE, GROUP_N, GROUP_K, True, False)
@@ -398,35 +328,20 @@ def _tc_gemm2_kernel(
     h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, part_ptr, sync_ptr,
     N_OUT, K, num_global, E,
     stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
-    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk, hq_ptr, stride_qm,
+    stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
     TOP_K: tl.constexpr, SLOTS: tl.constexpr, GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_MAP: tl.constexpr, MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
-    QA: tl.constexpr = 0, QMAX: tl.constexpr = 448.0, POW2: tl.constexpr = False, BITWISE_FP8: tl.constexpr = False,
-    QA_CHUNK: tl.constexpr = 256, ONE_CHUNK: tl.constexpr = True,
-    SP: tl.constexpr = 1,
 ):
     """Grid (N tiles, GROUPS, tokens). A program: BN rows of H for SLOTS of its token's k
     slots (group g: slots g*SLOTS ..), one loop over (slot, K tile) so that the next slot's
-    weights stream while this one's finish; per slot the scales and the routing weight.
-    QA: h is 16-bit; each program first quantizes its SLOTS kept rows (SP >= SLOTS, a power
-    of two) into ``hq_ptr`` and ``a_scale_ptr`` as GEMM1 does x."""
+    weights stream while this one's finish; per slot the scales and the routing weight."""
     if PDL:
         gdc_wait()
     pid_n = tl.program_id(0)
     grp = tl.program_id(1)
     t = tl.program_id(2).to(tl.int64)
-    if QA:
-        jp = tl.arange(0, SP)
-        jq = grp * SLOTS + jp
-        s_p = t * TOP_K + tl.minimum(jq, TOP_K - 1)
-        kept = _local_experts(ids_ptr, map_ptr, s_p, (jp < SLOTS) & (jq < TOP_K), num_global, E, HAS_MAP) >= 0
-        _qa_rows(h_ptr + s_p * stride_hm, hq_ptr + s_p * stride_qm, a_scale_ptr + s_p * stride_asm, kept, 0, K, K,
-                 stride_hk, 1, stride_ask, QA, QMAX, POW2, BITWISE_FP8, INT8, GROUP_K, SP, QA_CHUNK, ONE_CHUNK)
-        h_ptr = hq_ptr
-        stride_hm = stride_qm
-        stride_hk = 1
     r = tl.arange(0, BLOCK_N)
     offs_n = pid_n * BLOCK_N + r
     n_ok = offs_n < N_OUT
@@ -592,23 +507,6 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: O
             and (intermediate is None or intermediate >= SHARE_MIN_I))
 
 
-def tc_qa(pairs: int, top_k: int, num_experts: Optional[int], intermediate: int, hidden: int,
-          group_k: Optional[int] = None, num_sms: int = 132, gated: bool = True) -> bool:
-    """Whether the tensor-core decode chain quantizes x and h inside its GEMMs (QA) instead of
-    in launches of their own before each: two launches instead of four. The scheme must have
-    dynamic per-token or 1 x k group activation scales (the caller's part); here: not SHARE
-    (its columns are several tokens'), and with groups a K tile of each GEMM is one group.
-    FUSEDMOE_DECODE_QA=0 turns it off (for A/Bs); =1 still needs those conditions."""
-    if env.decode_qa() is False:
-        return False
-    c1 = tc_config("gemm1", pairs, intermediate, hidden, top_k, gated, group_k, num_sms, num_experts=num_experts)
-    c2 = tc_config("gemm2", pairs // top_k, hidden, intermediate, top_k, group_k=group_k, num_sms=num_sms,
-                   num_experts=num_experts)
-    if c1["SHARE"] or c2["SHARE"]:
-        return False
-    return group_k is None or c1["BLOCK_K"] == c2["BLOCK_K"] == group_k
-
-
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
               group_k: Optional[int] = None, num_sms: int = 132, share: Optional[bool] = None,
               num_experts: Optional[int] = None) -> dict:
@@ -652,50 +550,12 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
                 num_stages=2 if share else 4)
 
 
-QA_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-def _check(a, w, quant, block_shape, bk, a_scale=None) -> int:
-    """The operands' checks; returns QA: 0 (a is 8-bit, quantized before), 1 / 2 (a is 16-bit
-    and each program quantizes the rows it reads first, per token / per 1 x k group:
-    ``_qa_rows``)."""
-    if a.dtype in QA_DTYPES and w.dtype in (torch.float8_e4m3fn, torch.int8):
-        if quant not in ("channel", "block") or a_scale is not None:
-            raise ValueError(f"tensor-core decode: 16-bit activations are quantized in the kernel only per "
-                             f"token ('channel') or per 1 x k group ('block') with dynamic scales, got "
-                             f"quant={quant!r}{' and a given a_scale' if a_scale is not None else ''}; "
-                             f"quantize them first (kernels/quantize.py)")
-        gk = block_shape[1] if quant == "block" else 1
-        if quant == "block" and (gk & (gk - 1) or w.dtype != torch.float8_e4m3fn):
-            raise ValueError(f"tensor-core decode: in-kernel group quantization takes fp8 weights and a "
-                             f"power-of-two group, got group {gk}, {w.dtype}; quantize the activations first")
-        return 2 if quant == "block" else 1
+def _check(a, w, quant, block_shape, bk) -> None:
     if a.dtype not in (torch.float8_e4m3fn, torch.int8) or w.dtype != a.dtype:
         raise ValueError(f"tensor-core decode: 8-bit activations and weights of one dtype "
-                         f"(fp8 e4m3 or int8), or 16-bit activations to quantize in the kernel, got "
-                         f"{a.dtype} x {w.dtype}; use kernels/decode.py for others")
+                         f"(fp8 e4m3 or int8), got {a.dtype} x {w.dtype}; use kernels/decode.py for others")
     if quant == "block" and block_shape[1] % bk:
         raise ValueError(f"tensor-core decode: BLOCK_K {bk} must divide the scale group {block_shape[1]}")
-    return 0
-
-
-QA_MAX_CHUNK = 8192   # QA: the most elements a program's quantization pass loads at once
-
-
-def _qa_setup(qa: int, a: torch.Tensor, w: torch.Tensor, K: int, span: int, rows: int, block_shape, pow2: bool):
-    """QA: (8-bit scratch [M, K] the programs write the quantized rows to, fp32 scale scratch
-    [M, 1] or [M, K / group], constexprs). ``span``: the K columns a program quantizes (GEMM1:
-    its K slice), ``rows`` the rows it does at once; a load reads up to QA_MAX_CHUNK elements."""
-    M = a.shape[0]
-    gk = block_shape[1] if qa == 2 else 1
-    q = torch.empty(M, K, dtype=w.dtype, device=a.device)
-    sc = torch.empty(M, cdiv(K, gk), dtype=torch.float32, device=a.device)
-    if qa == 1:
-        chunk = min(next_power_of_2(K), max(min(256, QA_MAX_CHUNK), QA_MAX_CHUNK // rows))
-    else:
-        chunk = max(gk, min(next_power_of_2(span + gk), max(min(256, QA_MAX_CHUNK), QA_MAX_CHUNK // rows)))
-    return q, sc, dict(QA=qa, QMAX=127.0 if w.dtype == torch.int8 else 448.0, POW2=bool(pow2),
-                       BITWISE_FP8=_bitwise_fp8(a), QA_CHUNK=chunk, ONE_CHUNK=K <= chunk)
 
 
 def scratch_sizes(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dict, gated: bool = True) -> tuple:
@@ -732,7 +592,7 @@ def _common(a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_sha
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     return ((sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk),
             dict(HAS_BIAS=bias is not None, HAS_MAP=expert_map is not None, A_SCALE=a_mode, B_SCALE=b_mode,
-                 GROUP_N=gn, GROUP_K=gk, INT8=w.dtype == torch.int8))
+                 GROUP_N=gn, GROUP_K=gk, INT8=a.dtype == torch.int8))
 
 
 def _share_consts(config: dict, table) -> dict:
@@ -753,13 +613,11 @@ TC_GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
 
 def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map=None, bias=None,
                     swiglu_limit=None, alpha=1.702, limit=7.0, quant="channel", a_scale=None, b_scale=None,
-                    block_shape=None, config=None, pdl=False, pdl_wait=False, table=None, pow2=False) -> tuple:
+                    block_shape=None, config=None, pdl=False, pdl_wait=False, table=None) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of GEMM1 (T > 0,
     out given). ``part`` fp32 / ``sync`` int32 scratch of ``scratch_sizes`` (sync zero before
     the first launch; every launch leaves it zero). ``pdl``: let a dependent launch start
-    early; ``pdl_wait``: this launch is a programmatic dependent of the kernel writing x.
-    x 16-bit (QA, not SHARE): quantized in the kernel as the scheme's dynamic per-token or
-    1 x k group quantizer would (``pow2``: power-of-two group scales), no a_scale."""
+    early; ``pdl_wait``: this launch is a programmatic dependent of the kernel writing x."""
     T, k = topk_ids.shape
     N13, K = w13.shape[1:]
     act = ACTIVATIONS[activation]
@@ -768,47 +626,33 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
     if config is None:
         config = tc_config("gemm1", T * k, n_out, K, k, gated, block_shape[1] if quant == "block" else None,
                            _num_sms(x.device))
-    qa = _check(x, w13, quant, block_shape, config["BLOCK_K"], a_scale)
-    xq, qc = x, {}
-    if qa:
-        if config.get("SHARE"):
-            raise ValueError("tensor-core decode: SHARE takes 8-bit activations (quantize x first)")
-        span = cdiv(cdiv(K, config["BLOCK_K"]), config["SPLIT_K"]) * config["BLOCK_K"]
-        xq, a_scale, qc = _qa_setup(qa, x, w13, K, span, 1, block_shape, pow2)
-    (sa, sb, ids, emap), counts, strides, consts = _common(xq, w13, topk_ids, expert_map, bias, quant, a_scale,
+    _check(x, w13, quant, block_shape, config["BLOCK_K"])
+    (sa, sb, ids, emap), counts, strides, consts = _common(x, w13, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
     return (_tc_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), config["SPLIT_K"], T * k), (
         x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap, part, sync,
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), table if table is not None else sync,
-        xq, xq.stride(0),
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait,
-            **_share_consts(config, table), **consts, **qc),
+            **_share_consts(config, table), **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl_wait)
 
 
 def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_map=None, mul_routed_weight=True,
                     bias=None, quant="channel", a_scale=None, b_scale=None, block_shape=None, config=None,
-                    pdl=False, table=None, pow2=False) -> tuple:
+                    pdl=False, table=None) -> tuple:
     """GEMM2's launch as in ``tc_gemm1_launch``. ``pdl``: a programmatic dependent launch
-    (waits for the kernel writing h before anything else). h 16-bit: QA, as GEMM1's x."""
+    (waits for the kernel writing h before anything else)."""
     T, k = topk_ids.shape
     H, K = w2.shape[1:]
     if config is None:
         config = tc_config("gemm2", T, H, K, k, group_k=block_shape[1] if quant == "block" else None,
                            num_sms=_num_sms(h.device))
-    qa = _check(h, w2, quant, block_shape, config["BLOCK_K"], a_scale)
+    _check(h, w2, quant, block_shape, config["BLOCK_K"])
     groups = config["GROUPS"]
-    slots = cdiv(k, groups)
-    hq, qc = h, {}
-    if qa:
-        if config.get("SHARE"):
-            raise ValueError("tensor-core decode: SHARE takes 8-bit activations (quantize h first)")
-        hq, a_scale, qc = _qa_setup(qa, h, w2, K, K, next_power_of_2(slots), block_shape, pow2)
-        qc["SP"] = next_power_of_2(slots)
-    (sa, sb, ids, emap), counts, strides, consts = _common(hq, w2, topk_ids, expert_map, bias, quant, a_scale,
+    (sa, sb, ids, emap), counts, strides, consts = _common(h, w2, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
     if _share_consts(config, table):
         return (_tc_gemm2_share_kernel, (cdiv(H, config["BLOCK_N"]), T * k), (
@@ -821,10 +665,10 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
     return (_tc_gemm2_kernel, (cdiv(H, config["BLOCK_N"]), groups, T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap, part, sync,
         H, K, *counts,
-        *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides, hq, hq.stride(0),
-    ), dict(TOP_K=k, SLOTS=slots, GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
-            BLOCK_K=config["BLOCK_K"], PDL=pdl, **consts, **qc), config.get("num_warps", 4),
-        config.get("num_stages", 4), pdl)
+        *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
+    ), dict(TOP_K=k, SLOTS=cdiv(k, groups), GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
+            BLOCK_K=config["BLOCK_K"], PDL=pdl, **consts), config.get("num_warps", 4), config.get("num_stages", 4),
+        pdl)
 
 
 def share_table(T: int, top_k: int, device) -> torch.Tensor:
@@ -849,11 +693,10 @@ def share_table_launch(topk_ids, table, num_experts: int, *, expert_map=None, pd
 def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale=None, w13_scale=None,
               w2_scale=None, quant="channel", block_shape=None, expert_map=None, w13_bias=None, w2_bias=None,
               swiglu_limit=None, alpha=1.702, limit=7.0, mul_routed_weight=True, quantize_h=None,
-              config1=None, config2=None, pow2=False) -> tuple:
-    """Both GEMMs (tests and benchmarks; the backend binds the launches itself): (h [n, I]
-    16-bit, out [T, H]). ``xq`` pre-quantized (``x_scale``), or 16-bit: quantized in GEMM1
-    (QA, dynamic per-token / group scales, ``pow2``). ``quantize_h(h) -> (hq, h_scale)`` is the
-    scheme's activation quantizer between them; None: GEMM2 quantizes h itself (QA)."""
+              config1=None, config2=None) -> tuple:
+    """Both GEMMs on pre-quantized x (tests and benchmarks; the backend binds the launches
+    itself): (h [n, I] 16-bit, out [T, H] bf16). ``quantize_h(h) -> (hq, h_scale)`` is the
+    scheme's activation quantizer between them."""
     T, k = topk_ids.shape
     N13, H = w13.shape[1:]
     gated = ACTIVATIONS[activation] <= 3
@@ -875,9 +718,9 @@ def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale
         launch(*share_table_launch(topk_ids, table, w13.shape[0], expert_map=expert_map))
     launch(*tc_gemm1_launch(xq, w13, topk_ids, activation, h, part1, sync1, expert_map=expert_map, bias=w13_bias,
                             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=x_scale,
-                            b_scale=w13_scale, block_shape=block_shape, config=c1, table=table, pow2=pow2))
-    hq, h_scale = quantize_h(h) if quantize_h is not None else (h, None)
+                            b_scale=w13_scale, block_shape=block_shape, config=c1, table=table))
+    hq, h_scale = quantize_h(h)
     launch(*tc_gemm2_launch(hq, w2, topk_ids, topk_weights, out, part2, sync2, expert_map=expert_map,
                             mul_routed_weight=mul_routed_weight, bias=w2_bias, quant=quant, a_scale=h_scale,
-                            b_scale=w2_scale, block_shape=block_shape, config=c2, table=table, pow2=pow2))
+                            b_scale=w2_scale, block_shape=block_shape, config=c2, table=table))
     return h, out
