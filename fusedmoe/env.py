@@ -160,6 +160,11 @@ def decode_share() -> bool | None:
     return _switch("FUSEDMOE_DECODE_SHARE")
 
 
+def decode_hq() -> bool | None:
+    """FUSEDMOE_DECODE_HQ as a bool (None when unset: on where kernels/decode_tc.py ``hq_ok``)."""
+    return _switch("FUSEDMOE_DECODE_HQ")
+
+
 def decode_pdl() -> bool:
     """False when FUSEDMOE_DECODE_PDL is 0/false (on by default where the device has it)."""
     return os.environ.get("FUSEDMOE_DECODE_PDL", "1").strip() not in ("0", "false", "False")
