@@ -229,6 +229,84 @@ def test_tc_decode_empty_and_bad_operands():
                   quantize_h=_quant_h(scheme, 0))
 
 
+def _quantizer(scheme, pow2=False):
+    """The scheme's dynamic activation quantizer of kernels/quantize.py (the launch HQ replaces):
+    per token for 'channel', 1 x 32 groups for the test block (16, 32)."""
+    from fusedmoe.kernels.quantize import quant_fp8_group, quant_fp8_token, quant_int8_token
+    quant, dt = scheme[0], scheme[1]
+    if quant == "block":
+        return lambda a: quant_fp8_group(a, scheme[4][1], pow2)
+    return quant_int8_token if dt == torch.int8 else quant_fp8_token
+
+
+@pytest.mark.parametrize("cfgs", CFGS[:3], ids=["plain", "split2-groups2", "split4-groups4"])
+@pytest.mark.parametrize("scheme", [SCHEMES[0], SCHEMES[1], SCHEMES[3]],
+                         ids=lambda s: f"{s[0]}-{str(s[1]).replace('torch.', '')}")
+def test_tc_hq_equals_quantize_launch(scheme, cfgs):
+    # HQ: GEMM1's last program of each pair quantizes the pair's h row (no launch between the
+    # GEMMs) against the scheme's quantization kernel on h: the same codes and scales, so h, the
+    # 8-bit h and out are bitwise equal, and GEMM1's tickets are left at zero. Random bf16
+    # activations (not small integers), T = 1 and 5, odd sizes (I = 40; 48 with groups of 32: a
+    # partial group), an expert_map drop with a token that keeps no slot, power-of-two group
+    # scales, and a row of x with an Inf (NaN scales in both; the other tokens stay finite)
+    quant, dt, _, _, block = scheme
+    H, I = (H_BLK, I_BLK) if block else (H_ODD, I_ODD)
+    k = 2
+    emap = torch.tensor([0, -1, 1, 2, 3], dtype=torch.int32, device=DEV)
+    for T, use_map, pow2, inf in ((1, False, False, False), (5, True, True, False), (5, False, False, True)):
+        _, w13, w2, _, b1, b2 = _case(scheme, T, k, H, I, seed=T)
+        g = torch.Generator().manual_seed(20 + T)
+        x = (torch.randn(T, H, generator=g) * 3).to(torch.bfloat16).to(DEV)
+        tw, ids = _routing(T, E, k, seed=9 + T)
+        if use_map:
+            w13, w2, b1, b2 = w13[:4], w2[:4], b1[:4], b2[:4]
+            ids[0] = torch.tensor([1, 1], dtype=torch.int32)
+        if inf:
+            x[2, 3] = float("inf")
+        qz = _quantizer(scheme, pow2)
+        xq, xs = qz(x)
+        kw = dict(x_scale=xs, w13_scale=b1, w2_scale=b2, quant=quant, block_shape=block,
+                  expert_map=emap if use_map else None, config1=dict(cfgs[0]), config2=dict(cfgs[1]))
+        h0, o0 = tc_decode(xq, w13, w2, tw, ids, quantize_h=qz, **kw)
+        h1, o1 = tc_decode(xq, w13, w2, tw, ids, quantize_h="gemm1", pow2=pow2, **kw)
+        kept = ids.view(-1) != (1 if use_map else -1)      # dropped pairs' h rows are never written
+        torch.testing.assert_close(h1[kept], h0[kept], rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(o1, o0, rtol=0, atol=0, equal_nan=True)
+        if use_map:
+            assert (o1[0] == 0).all()
+        if inf:
+            assert torch.isnan(o1[2]).all() and torch.isfinite(o1[torch.arange(T, device=DEV) != 2]).all()
+        else:
+            assert torch.isfinite(o1).all()
+            assert _rel(h1[kept], gemm1_act_ref(xq, w13, ids, "silu", expert_map=kw["expert_map"], quant=quant,
+                                                a_scale=xs, b_scale=b1, block=block)[kept]) < 1e-2
+
+
+def test_tc_hq_tickets_and_bad_buffers():
+    # HQ leaves GEMM1's tickets (the split ones and the pairs') at zero; wrong buffers and a
+    # SHARE GEMM1 are refused with the expected shapes in the message
+    from fusedmoe.kernels.decode_tc import tc_gemm1_launch
+    scheme = SCHEMES[0]
+    T, k = 3, 2
+    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H_ODD, I_ODD)
+    tw, ids = _routing(T, E, k, seed=2)
+    c1 = dict(CFGS[2][0])
+    (p1, s1), _ = scratch(T, k, I_ODD, H_ODD, c1, dict(CFGS[2][1]), True, DEV)
+    h = torch.empty(T * k, I_ODD, dtype=torch.bfloat16, device=DEV)
+    hq = (torch.empty(T * k, I_ODD, dtype=w13.dtype, device=DEV), torch.empty(T * k, 1, device=DEV))
+    for _ in range(2):
+        launch(*tc_gemm1_launch(x, w13, ids, "silu", h, p1, s1, a_scale=a1, b_scale=b1, config=c1, hq=hq))
+        assert not s1.any()
+    with pytest.raises(ValueError, match="hq must be"):
+        tc_gemm1_launch(x, w13, ids, "silu", h, p1, s1, a_scale=a1, b_scale=b1, config=c1,
+                        hq=(hq[0][:, :8], hq[1]))
+    with pytest.raises(ValueError, match="SHARE"):
+        tc_gemm1_launch(x, w13, ids, "silu", h, p1, s1, a_scale=a1, b_scale=b1, config=dict(CFGS[3][0]),
+                        hq=hq, table=torch.empty(T * k, 16, dtype=torch.int32, device=DEV))
+    with pytest.raises(ValueError, match="per-token"):
+        tc_gemm1_launch(x, w13, ids, "silu", h, p1, s1, a_scale=a1, b_scale=b1, config=c1, hq=hq, quant="tensor")
+
+
 def test_tc_config_rules():
     # qwen3 T=1 (8 pairs, I 768, H 2048): 24 tiles x 8 pairs = 192 programs >= 132 SMs: no
     # split; GEMM2 32 tiles -> slot groups while < 4 programs per SM: 8 (one slot each)
