@@ -245,9 +245,7 @@ W8A8_MODES = {"auto": dict(FUSEDMOE_W8A8_DECODE="auto"),        # the default: i
               "grouped": dict(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="0"),
               # the tensor-core chain with one program a pair / a (token, slot group), and expert-shared
               "tc_pair": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096", FUSEDMOE_DECODE_SHARE="0"),
-              "tc_share": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096", FUSEDMOE_DECODE_SHARE="1"),
-              # the tensor-core chain with h quantized by a launch of its own, not by GEMM1 (HQ off)
-              "tc_nohq": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096", FUSEDMOE_DECODE_HQ="0")}
+              "tc_share": dict(FUSEDMOE_W8A8_DECODE="tc", FUSEDMOE_DECODE_PAIRS="4096", FUSEDMOE_DECODE_SHARE="1")}
 
 
 def w8a8_ab(name, tp, scheme, bw, tokens, rounds=2, variants=None):

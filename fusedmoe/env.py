@@ -33,10 +33,6 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | weights once for all its pairs (kernels/decode_tc.py          |
 |                             | ``SHARE``; default: ``decode_tc.tc_share``: two tokens and    |
 |                             | more), for A/Bs                                               |
-| FUSEDMOE_DECODE_HQ          | 0 / 1: the tensor-core W8A8 decode GEMM1 quantizes h for      |
-|                             | GEMM2 itself (kernels/decode_tc.py ``hq``) instead of a       |
-|                             | launch between them; default on for dynamic per-token / group |
-|                             | scales where GEMM1 is not expert-shared, for A/Bs             |
 | FUSEDMOE_PREFILL_PDL        | 0: the grouped (prefill) path's alignment scan / scatter,     |
 |                             | GEMM1, requantization, GEMM2 and reduce are ordinary launches,|
 |                             | not programmatic dependent launches of the kernel before      |
@@ -82,7 +78,7 @@ DEFAULT_CHUNK_SIZE = 16384
 
 VARIABLES = ("FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE",
              "FUSEDMOE_CONFIG_DIR", "FUSEDMOE_DEBUG", "FUSEDMOE_LOG_LEVEL", "FUSEDMOE_FAST_LAUNCH", "FUSEDMOE_DECODE_PAIRS",
-             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_DECODE_A3", "FUSEDMOE_DECODE_SLOTS_FIRST", "FUSEDMOE_DECODE_SHARE", "FUSEDMOE_DECODE_HQ", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
+             "FUSEDMOE_DECODE_PDL", "FUSEDMOE_DECODE_TILES", "FUSEDMOE_DECODE_A3", "FUSEDMOE_DECODE_SLOTS_FIRST", "FUSEDMOE_DECODE_SHARE", "FUSEDMOE_PREFILL_PDL", "FUSEDMOE_W8A8_DECODE", "FUSEDMOE_H_QUANT",
              "FUSEDMOE_REDUCE")
 
 
@@ -162,11 +158,6 @@ def decode_slots_first() -> bool | None:
 def decode_share() -> bool | None:
     """FUSEDMOE_DECODE_SHARE as a bool (None when unset: kernels/decode_tc.py's own rule)."""
     return _switch("FUSEDMOE_DECODE_SHARE")
-
-
-def decode_hq() -> bool | None:
-    """FUSEDMOE_DECODE_HQ as a bool (None when unset: on where kernels/decode_tc.py ``hq_ok``)."""
-    return _switch("FUSEDMOE_DECODE_HQ")
 
 
 def decode_pdl() -> bool:

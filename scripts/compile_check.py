@@ -69,7 +69,7 @@ def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
             raise TypeError(f"{p.name}: {type(a)}")
     for p in kernel.params[len(args):]:
         v = constexprs[p.name] if p.name in constexprs else p.default
-        if p.name == "BITWISE_FP8" and kernel.fn.__module__.endswith((".decode", ".decode_tc")):
+        if p.name == "BITWISE_FP8" and kernel.fn.__module__.endswith(".decode"):
             v = False          # the GPU's value (CPU tensors: the interpreter's); the quantizers
             #                    and grouped GEMMs get uint8 views of fp8 outputs on the CPU
         sig[p.name] = "constexpr"
@@ -406,10 +406,6 @@ def tc_cases() -> list:
                 config=dict(BLOCK_N=32, BLOCK_K=128, SPLIT_K=1, num_warps=4, num_stages=4), **q)),
             (f"tc {name} gemm2 pdl", tc.tc_gemm2_launch(hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2,
                                                         pdl=True, **q)),
-            # HQ: GEMM1 quantizes h for GEMM2 (the last program of each pair)
-            (f"tc {name} gemm1 hq", tc.tc_gemm1_launch(xq, w13, ids, "silu", h, part, sync, a_scale=xs, b_scale=s13,
-                                                       pdl=True, pdl_wait=True, hq=(hq, hs), pow2=quant == "block",
-                                                       **q)),
             (f"tc {name} gemm2 groups1", tc.tc_gemm2_launch(
                 hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2,
                 config=dict(BLOCK_N=64, BLOCK_K=128, GROUPS=1, num_warps=4, num_stages=4), **q)),

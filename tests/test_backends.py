@@ -259,38 +259,6 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
         check(pe, cfg, w, mk.x(cfg, 7, seed=24).to(dev), mk.logits(cfg, 7, seed=25).to(dev))
 
 
-@pytest.mark.parametrize("scheme", ["fp8_channel", "int8_channel", "fp8_block", "fp8_tensor", "fp8_tensor:static"])
-def test_triton_tc_decode_hq_equals_quantize_launch(mk, monkeypatch, scheme):
-    # the tensor-core decode chain with h quantized by GEMM1's last program of each pair (HQ,
-    # the default where the scheme's activation scales are dynamic per token / group and GEMM1
-    # is not expert-shared) against the chain with the quantization launch between the GEMMs
-    # (FUSEDMOE_DECODE_HQ=0): bitwise equal, with biases and an expert_map; T = 1, 3, 7; the
-    # bound fast path (a second call) too
-    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "16")
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", has_bias=True,
-                    parallel=ParallelConfig(ep_size=2, ep_rank=1))
-    w = mk.weights(cfg, scheme, seed=31).to(dev)
-    outs = {}
-    for hq in ("1", "0"):
-        monkeypatch.setenv("FUSEDMOE_DECODE_HQ", hq)
-        pe = build("triton", cfg, w)
-        ex = pe.kernel.experts
-        for T in (1, 3, 7):
-            assert ex.decode_mode(T).tc
-            assert ex.decode_mode(T).hq == (hq == "1" and scheme in ("fp8_channel", "int8_channel", "fp8_block"))
-            x, lg = mk.x(cfg, T, seed=32 + T).to(dev), mk.logits(cfg, T, seed=33 + T).to(dev)
-            outs[hq, T] = [check(pe, cfg, w, x, lg)[0].clone() for _ in range(2)]
-    for T in (1, 3, 7):
-        for o in outs["1", T] + outs["0", T][1:]:
-            assert torch.equal(o, outs["0", T][0]), T
-    # under SHARE (forced) GEMM1 leads several pairs a program: h goes through its launch
-    monkeypatch.setenv("FUSEDMOE_DECODE_HQ", "1")
-    monkeypatch.setenv("FUSEDMOE_DECODE_SHARE", "1")
-    assert not build("triton", cfg, w).kernel.experts.decode_mode(7).hq
-
-
 @pytest.mark.parametrize("feature", ["plain", "bias_ep"])
 def test_triton_fp8_block_rescale_through_the_layer(mk, feature):
     # fp8_block on the grouped path with RESCALE (block scales applied to the accumulator in

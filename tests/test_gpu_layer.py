@@ -248,9 +248,7 @@ def _eager_and_replayed(pe, x, tw, ti):
                                         ("fp8_block", "a8"), ("fp8_channel", "a16"), ("fp8_block", "a16"),
                                         ("fp8_tensor", "a16"), ("fp8_channel", "tc"), ("int8_channel", "tc"),
                                         ("fp8_block", "tc"), ("fp8_block", "auto"), ("fp8_channel", "auto"),
-                                        ("fp8_channel", "tc_share"), ("fp8_block", "tc_share"),
-                                        ("fp8_channel", "tc_nohq"), ("int8_channel", "tc"),
-                                        ("int8_channel", "tc_nohq"), ("fp8_block", "tc_nohq")])
+                                        ("fp8_channel", "tc_share"), ("fp8_block", "tc_share")])
 @pytest.mark.parametrize("T", [1, 3])
 def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     # decode: GEMM2 a programmatic dependent launch of GEMM1 (16-bit), or the W8A8 chain
@@ -265,9 +263,6 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "64")          # T = 3 on the decode path too
     if mode == "tc_share":                                     # + the share table, a link of the chain
         monkeypatch.setenv("FUSEDMOE_DECODE_SHARE", "1")
-        mode = "tc"
-    if mode == "tc_nohq":                                      # h quantized by a launch of its own
-        monkeypatch.setenv("FUSEDMOE_DECODE_HQ", "0")          # (plain "tc": by GEMM1, HQ)
         mode = "tc"
     monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)            # W8A8: 16-bit activations, or quantized
     outs = {}

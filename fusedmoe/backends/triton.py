@@ -89,13 +89,11 @@ class DecodeMode(NamedTuple):
     """How the decode kernels run a call: ``a16`` (x and h stay 16-bit: the weight-only math
     of W8A8 schemes, and 16-bit schemes), ``tc`` (the tensor-core GEMMs of
     kernels/decode_tc.py on quantized x and h), ``pdl`` (GEMM2, and with ``chain`` every
-    launch after the first, a programmatic dependent launch), ``hq`` (tc: GEMM1 quantizes h
-    itself, no quantization launch between the GEMMs; decode_tc.tc_gemm1_launch ``hq``)."""
+    launch after the first, a programmatic dependent launch)."""
     a16: bool
     tc: bool
     pdl: bool
     chain: bool
-    hq: bool = False
 
 
 def decode_pairs(config: MoEConfig, mode: str = "16bit") -> int:
@@ -329,16 +327,6 @@ class TritonExperts(Experts):
         self._mode8 = DecodeMode(a16=False, tc=mode in ("tc", "auto"), pdl=chain, chain=chain)
         self.decode_pairs = decode_pairs(config, mode)  # env read once
         self._auto_a16_t = auto_a16_max_t(self.scheme, platform)
-        # tc: h quantized by GEMM1's last program of each pair (HQ) instead of a launch of its own,
-        # for dynamic per-token / group scales (FUSEDMOE_DECODE_HQ=0: the launch); not where
-        # GEMM1 is expert-shared (SHARE): decode_mode per T
-        from ..kernels.decode_tc import hq_ok
-        self._hq_ok = (self._mode8.tc and env.decode_hq() is not False
-                       and self.scheme.method in (QuantMethod.FP8_CHANNEL, QuantMethod.INT8_CHANNEL,
-                                                  QuantMethod.FP8_BLOCK)
-                       and hq_ok(self.quant_mode, self.block_shape, config.intermediate_size,
-                                 self.weights.a2_scale is not None))
-        self._hq_modes: dict = {}
         # (both decode GEMMs in one launch was measured slower than the two with PDL on the
         # H100: T=1 graphs qwen3 36.1 vs 27.5 us, deepseek tp8 46.3 vs 33.1; docs/BENCHMARKS.md.
         # Removed in session 12: wrong on tiny grids on the GPU; commit e6c0681 has it.)
@@ -443,17 +431,7 @@ class TritonExperts(Experts):
         m = self.w8a8_mode
         if m in ("16bit", "a16") or (m == "auto" and T <= self._auto_a16_t):
             return self._mode16
-        if not self._hq_ok:
-            return self._mode8
-        mode = self._hq_modes.get(T)
-        if mode is None:
-            from ..kernels.decode_tc import tc_share
-            c = self.config
-            hq = not tc_share(T * c.top_k, c.top_k, c.num_local_experts, c.intermediate_size)
-            if len(self._hq_modes) >= 64:
-                self._hq_modes.clear()
-            mode = self._hq_modes[T] = self._mode8._replace(hq=hq)
-        return mode
+        return self._mode8
 
     def quantizes_activations(self, T: int) -> bool:
         """Whether a forward of T tokens quantizes x and h as the W8A8 scheme does (False for
@@ -571,9 +549,6 @@ class TritonExperts(Experts):
             b1.fast(x, h, flat, emap)
         else:
             b1.fast(x, h, flat, emap, x_scale)
-        if mode.hq:                         # GEMM1 wrote GEMM2's 8-bit h and scales (bound buffers)
-            b2.fast(out, tw, flat, emap)
-            return out
         hq, h_scale = self._dquant(h, self.weights.a2_scale, mode, chain, role="h")
         if h_scale is None:
             b2.fast(hq, out, tw, flat, emap)
@@ -614,36 +589,24 @@ class TritonExperts(Experts):
         c, w = self.config, self.weights
         q = dict(quant=self.quant_mode, block_shape=self.block_shape)
         b0 = None
-        kw1 = {}
-        hq_bound = False
         if mode.tc and x.element_size() == 1:     # (the tc slots are decode.py's: same positions)
             gemm1_launch, gemm2_launch, table_launch = self._tc_launches(x, h, ids, out, expert_map)
             if table_launch is not None:          # SHARE: the table, a link of the chain before GEMM1
                 b0 = bind(*table_launch(ids, expert_map, mode.chain), slots=(0, 1))
-            if mode.hq:                           # GEMM1 writes GEMM2's 8-bit h and its scales
-                n, I = h.shape
-                g = self.block_shape[1] if self.quant_mode == "block" else I
-                kw1 = dict(hq=(torch.empty(n, I, dtype=w.w2.dtype, device=h.device),
-                               torch.empty(n, -(-I // g), dtype=torch.float32, device=h.device)),
-                           pow2=self.scheme.scale_pow2)
-                hq_bound = True
         else:
             gemm1_launch, gemm2_launch = dk.gemm1_launch, dk.gemm2_launch
         names = ("out", "ids", "map")
         spec = gemm1_launch(x, w.w13, ids, c.activation.value, h, expert_map=expert_map, bias=w.w13_bias,
                             swiglu_limit=c.swiglu_limit, alpha=c.swigluoai_alpha, limit=c.swigluoai_limit,
-                            a_scale=x_scale, b_scale=w.w13_scale, pdl=mode.pdl, pdl_wait=mode.chain, **q, **kw1)
+                            a_scale=x_scale, b_scale=w.w13_scale, pdl=mode.pdl, pdl_wait=mode.chain, **q)
         slots = [S1[n] for n in ("x",) + names + (("a_scale",) if x_scale is not None else ())]
         b1 = bind(*spec, slots=slots)
-        if hq_bound:
-            hq, h_scale = kw1["hq"]
-        else:
-            hq, h_scale = self._dquant(h, w.a2_scale, mode, mode.chain, role="h")
+        hq, h_scale = self._dquant(h, w.a2_scale, mode, mode.chain, role="h")
         spec = gemm2_launch(hq, w.w2, ids, tw, out, expert_map=expert_map,
                             mul_routed_weight=not c.routing.apply_router_weight_on_input, bias=w.w2_bias,
                             a_scale=h_scale, b_scale=w.w2_scale, pdl=mode.pdl, **q)
-        slots = [S2[n] for n in (() if hq_bound else ("h",)) + ("out", "topk_weights", "ids", "map")
-                 + (("a_scale",) if h_scale is not None and not hq_bound else ())]
+        slots = [S2[n] for n in ("h", "out", "topk_weights", "ids", "map")
+                 + (("a_scale",) if h_scale is not None else ())]
         b2 = bind(*spec, slots=slots)
         if len(self._plans) >= 16:
             self._plans.clear()

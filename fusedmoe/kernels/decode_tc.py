@@ -56,7 +56,7 @@ from .. import env
 from .decode import _local_experts
 from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import _abs_bits, _bitwise_fp8, _quantize, _scale_from_amax_bits, gdc_launch_dependents, gdc_wait
+from .quantize import gdc_launch_dependents, gdc_wait
 
 N_COLS = 16      # the activation operand's width: tl.dot's minimum
 
@@ -179,37 +179,6 @@ def _share_table_kernel(ids_ptr, map_ptr, table_ptr, num_global, E, HAS_MAP: tl.
 
 
 @triton.jit
-def _hq_tail(h_row, q_row, s_row, ticket, N, stride_hn, stride_sk, tiles,
-             HQ: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
-             INT8: tl.constexpr, HQ_GROUP: tl.constexpr, HQ_CHUNK: tl.constexpr):
-    """HQ, after this program stored its tile of an h row: a ticket of the row (acq_rel, after a
-    CTA barrier); the program bringing it to ``tiles`` (the row's last tile) reads the whole
-    row back and writes its 8-bit codes and scales (HQ 1: one scale, QMAX; 2: one a 1 x HQ_GROUP
-    group, fp8, POW2), those of kernels/quantize.py's dynamic quantizers bit for bit (the same
-    helpers), then puts the ticket back to 0. HQ_CHUNK >= N, a power of two."""
-    tl.debug_barrier()                                 # every thread's h before the release
-    if tl.atomic_add(ticket, 1, sem="acq_rel", scope="gpu") == tiles - 1:
-        kk = tl.arange(0, HQ_CHUNK)
-        a = tl.load(h_row + kk * stride_hn, mask=kk < N, other=0.0, cache_modifier=".cg")
-        if HQ == 1:
-            sc = _scale_from_amax_bits(tl.max(_abs_bits(a), axis=0), QMAX, False)
-            q = _quantize(a, sc, "int8" if INT8 else "fp8", BITWISE_FP8, True)
-            tl.store(s_row, sc)
-        else:
-            tl.static_assert(HQ == 2 and not INT8, "HQ 2: fp8 groups")
-            CG: tl.constexpr = HQ_CHUNK // HQ_GROUP
-            a2 = tl.reshape(a, (CG, HQ_GROUP))
-            sc = _scale_from_amax_bits(tl.max(_abs_bits(a2), axis=1), 448.0, POW2)             # [CG]
-            q = tl.reshape(_quantize(a2, sc[:, None], "fp8", BITWISE_FP8, True), (HQ_CHUNK,))
-            g = tl.arange(0, CG)
-            tl.store(s_row + g * stride_sk, sc, mask=g * HQ_GROUP < N)
-        if BITWISE_FP8 and not INT8:                   # the interpreter: e4m3 bits as uint8
-            q = q.to(tl.float8e4nv, bitcast=True)
-        tl.store(q_row + kk, q, mask=kk < N)
-        tl.store(ticket, 0)
-
-
-@triton.jit
 def _col_scale(as_cols, ok, k0, stride_ask, A_SCALE: tl.constexpr, GROUP_K: tl.constexpr,
                TILE: tl.constexpr, WHOLE: tl.constexpr):
     """SHARE: [COLS] fp32 activation factor of each column's row (``as_cols``: the rows'
@@ -228,21 +197,16 @@ def _tc_gemm1_kernel(
     N_OUT, K, num_global, E,
     stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    limit, alpha, table_ptr, hq_ptr, hs_ptr, stride_qm, stride_sm, stride_sk,
+    limit, alpha, table_ptr,
     TOP_K: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_MAP: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, SHARE: tl.constexpr = False,
-    HQ: tl.constexpr = 0, QMAX: tl.constexpr = 448.0, POW2: tl.constexpr = False, BITWISE_FP8: tl.constexpr = False,
-    HQ_GROUP: tl.constexpr = 128, HQ_CHUNK: tl.constexpr = 1024,
 ):
     """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
     expert (ROWS = 2 BN; BN rows when not gated) over its K slice. SHARE (SPLIT_K 1): the
-    pair's program leads the pairs of its table row or does nothing. HQ (not SHARE): GEMM2's
-    input quantized here too: the program finishing a pair's last N tile quantizes its h row
-    into ``hq_ptr`` / ``hs_ptr`` (``_hq_tail``; tickets after the split ones in ``sync_ptr``),
-    so that no quantization launch runs between the GEMMs."""
+    pair's program leads the pairs of its table row or does nothing."""
     if PDL:
         gdc_launch_dependents()
     if PDL_WAIT:
@@ -252,7 +216,7 @@ def _tc_gemm1_kernel(
     s = tl.program_id(2).to(tl.int64)
     cols = tl.arange(0, 16)
     if SHARE:
-        tl.static_assert(SPLIT_K == 1 and HQ == 0, "SHARE: one K slice, h quantized by its own launch")
+        tl.static_assert(SPLIT_K == 1, "SHARE: one K slice")
         e, go, prs, col_ok = _share_row(table_ptr, ids_ptr, map_ptr, s, num_global, E, HAS_MAP)
     else:
         e = _local_expert(ids_ptr, map_ptr, s, s >= 0, num_global, E, HAS_MAP)
@@ -313,18 +277,9 @@ def _tc_gemm1_kernel(
                     _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
                                   stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS,
                                   BLOCK_N)
-                    if HQ:
-                        _hq_tail(h_ptr + s * stride_hm, hq_ptr + s * stride_qm, hs_ptr + s * stride_sm,
-                                 sync_ptr + tl.num_programs(2) * tiles + s, N_OUT, stride_hn, stride_sk, tiles,
-                                 HQ, QMAX, POW2, BITWISE_FP8, INT8, HQ_GROUP, HQ_CHUNK)
             else:
                 _gemm1_finish(v, e64, s, pid_n, wrows, h_ptr, bias_ptr, N_OUT, stride_hm, stride_hn,
                               stride_bias_e, stride_bias_n, limit, alpha, GATED, ACT, HAS_LIMIT, HAS_BIAS, BLOCK_N)
-                if HQ:
-                    tiles = tl.num_programs(0)
-                    _hq_tail(h_ptr + s * stride_hm, hq_ptr + s * stride_qm, hs_ptr + s * stride_sm,
-                             sync_ptr + tl.num_programs(2) * tiles + s, N_OUT, stride_hn, stride_sk, tiles,
-                             HQ, QMAX, POW2, BITWISE_FP8, INT8, HQ_GROUP, HQ_CHUNK)
 
 
 @triton.jit
@@ -614,7 +569,7 @@ def scratch_sizes(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dic
         part2 = T * top_k * t2 * cfg2["BLOCK_N"]       # y: each pair's contribution
     else:
         part2 = T * cfg2["GROUPS"] * t2 * cfg2["BLOCK_N"] if cfg2["GROUPS"] > 1 else 1
-    return (part1, T * top_k * (t1 + 1)), (part2, T * t2)     # (GEMM1: + a ticket a pair, HQ)
+    return (part1, T * top_k * t1), (part2, T * t2)
 
 
 def scratch(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dict, gated: bool, device) -> tuple:
@@ -651,40 +606,6 @@ def _share_consts(config: dict, table) -> dict:
     return dict(SHARE=True)
 
 
-HQ_MAX_I = 8192      # HQ: the widest h row one program quantizes (one load of I elements)
-
-
-def hq_ok(quant: str, block_shape, intermediate: int, static_scale: bool = False) -> bool:
-    """Whether GEMM1 can quantize h itself (``hq`` of tc_gemm1_launch): dynamic per-token
-    ('channel') or power-of-two 1 x k group ('block') scales, I <= HQ_MAX_I."""
-    if static_scale or quant not in ("channel", "block") or intermediate > HQ_MAX_I:
-        return False
-    return quant == "channel" or (block_shape[1] & (block_shape[1] - 1)) == 0
-
-
-def _hq_args(hq, quant, block_shape, n_out, w, out, sync, pow2, config) -> tuple:
-    """(the kernel's HQ pointer / stride arguments, its HQ constexprs) for ``hq`` or None."""
-    if hq is None:
-        return (sync, sync, 0, 0, 0), {}
-    q, sc = hq
-    if config.get("SHARE"):
-        raise ValueError("tensor-core decode: hq with a SHARE GEMM1 (its programs lead several pairs)")
-    if not hq_ok(quant, block_shape, n_out):
-        raise ValueError(f"tensor-core decode: hq needs per-token ('channel') or power-of-two 1 x k group "
-                         f"('block') scales and I <= {HQ_MAX_I}, got quant={quant!r}, block {block_shape}, "
-                         f"I {n_out}")
-    g = block_shape[1] if quant == "block" else 1
-    want = (out.shape[0], -(-n_out // g) if quant == "block" else 1)
-    if q.shape != (out.shape[0], n_out) or q.dtype != w.dtype or tuple(sc.shape) != want or sc.dtype != torch.float32:
-        raise ValueError(f"tensor-core decode: hq must be ({w.dtype} {(out.shape[0], n_out)}, float32 {want}), got "
-                         f"({q.dtype} {tuple(q.shape)}, {sc.dtype} {tuple(sc.shape)})")
-    if q.stride(-1) != 1:
-        raise ValueError("tensor-core decode: hq's rows must be contiguous")
-    return (q, sc, q.stride(0), sc.stride(0), sc.stride(1)), dict(
-        HQ=2 if quant == "block" else 1, QMAX=127.0 if w.dtype == torch.int8 else 448.0, POW2=bool(pow2),
-        BITWISE_FP8=_bitwise_fp8(q), HQ_GROUP=max(g, 1), HQ_CHUNK=max(next_power_of_2(n_out), g))
-
-
 # positions of the per-call tensors in the launch arguments (launcher.Bound slots)
 TC_GEMM1_SLOTS = dict(x=0, out=2, a_scale=4, ids=6, map=7)
 TC_GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
@@ -692,15 +613,11 @@ TC_GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
 
 def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map=None, bias=None,
                     swiglu_limit=None, alpha=1.702, limit=7.0, quant="channel", a_scale=None, b_scale=None,
-                    block_shape=None, config=None, pdl=False, pdl_wait=False, table=None, hq=None,
-                    pow2=False) -> tuple:
+                    block_shape=None, config=None, pdl=False, pdl_wait=False, table=None) -> tuple:
     """(kernel, grid, args, constexprs, num_warps, num_stages, launch_pdl) of GEMM1 (T > 0,
     out given). ``part`` fp32 / ``sync`` int32 scratch of ``scratch_sizes`` (sync zero before
     the first launch; every launch leaves it zero). ``pdl``: let a dependent launch start
-    early; ``pdl_wait``: this launch is a programmatic dependent of the kernel writing x.
-    ``hq`` (not SHARE): (hq [n, I] 8-bit, scale fp32 [n, 1] per token ('channel') or [n, I /
-    group] ('block', ``pow2``: power-of-two scales)): GEMM2's input, quantized by the kernel
-    as kernels/quantize.py's dynamic quantizers would, besides the 16-bit h in ``out``."""
+    early; ``pdl_wait``: this launch is a programmatic dependent of the kernel writing x."""
     T, k = topk_ids.shape
     N13, K = w13.shape[1:]
     act = ACTIVATIONS[activation]
@@ -712,16 +629,14 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
     _check(x, w13, quant, block_shape, config["BLOCK_K"])
     (sa, sb, ids, emap), counts, strides, consts = _common(x, w13, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
-    hq_args, hq_consts = _hq_args(hq, quant, block_shape, n_out, w13, out, sync, pow2, config)
     return (_tc_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), config["SPLIT_K"], T * k), (
         x, w13, out, bias if bias is not None else w13, sa, sb, ids, emap, part, sync,
         n_out, K, *counts,
         *x.stride()[:2], *w13.stride()[:3], *out.stride()[:2], *strides,
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), table if table is not None else sync,
-        *hq_args,
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait,
-            **_share_consts(config, table), **consts, **hq_consts),
+            **_share_consts(config, table), **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl_wait)
 
 
@@ -778,11 +693,10 @@ def share_table_launch(topk_ids, table, num_experts: int, *, expert_map=None, pd
 def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale=None, w13_scale=None,
               w2_scale=None, quant="channel", block_shape=None, expert_map=None, w13_bias=None, w2_bias=None,
               swiglu_limit=None, alpha=1.702, limit=7.0, mul_routed_weight=True, quantize_h=None,
-              config1=None, config2=None, pow2=False) -> tuple:
+              config1=None, config2=None) -> tuple:
     """Both GEMMs on pre-quantized x (tests and benchmarks; the backend binds the launches
     itself): (h [n, I] 16-bit, out [T, H] bf16). ``quantize_h(h) -> (hq, h_scale)`` is the
-    scheme's activation quantizer between them; "gemm1": GEMM1 quantizes h itself (``hq`` of
-    tc_gemm1_launch, dynamic scales, ``pow2`` for groups)."""
+    scheme's activation quantizer between them."""
     T, k = topk_ids.shape
     N13, H = w13.shape[1:]
     gated = ACTIVATIONS[activation] <= 3
@@ -802,15 +716,10 @@ def tc_decode(xq, w13, w2, topk_weights, topk_ids, activation="silu", *, x_scale
     if c1.get("SHARE") or c2.get("SHARE"):
         table = share_table(T, k, xq.device)
         launch(*share_table_launch(topk_ids, table, w13.shape[0], expert_map=expert_map))
-    hqs = None
-    if quantize_h == "gemm1":
-        hqs = (torch.empty(T * k, n_out, dtype=w13.dtype, device=xq.device),
-               torch.empty(T * k, -(-n_out // (block_shape[1] if quant == "block" else n_out)), dtype=torch.float32,
-                           device=xq.device))
     launch(*tc_gemm1_launch(xq, w13, topk_ids, activation, h, part1, sync1, expert_map=expert_map, bias=w13_bias,
                             swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, quant=quant, a_scale=x_scale,
-                            b_scale=w13_scale, block_shape=block_shape, config=c1, table=table, hq=hqs, pow2=pow2))
-    hq, h_scale = hqs if hqs is not None else quantize_h(h)
+                            b_scale=w13_scale, block_shape=block_shape, config=c1, table=table))
+    hq, h_scale = quantize_h(h)
     launch(*tc_gemm2_launch(hq, w2, topk_ids, topk_weights, out, part2, sync2, expert_map=expert_map,
                             mul_routed_weight=mul_routed_weight, bias=w2_bias, quant=quant, a_scale=h_scale,
                             b_scale=w2_scale, block_shape=block_shape, config=c2, table=table))
