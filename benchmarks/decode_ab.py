@@ -18,7 +18,7 @@ D. W8A8 schemes at T = 1..16 (--d-cases, --d-tokens): decode kernels with x and 
 G. GEMM2 with several N tiles a program (kernels/decode.py TILES, FUSEDMOE_DECODE_TILES):
    the layer at --g-tokens for each of --g-tiles, alternating rounds (--g-cases).
    --g-env VAR=a,b makes the layer's variants the values of VAR (e.g. FUSEDMOE_DECODE_PDL=0,1).
-T. T=1, the tensor-core decode GEMMs alone (--t-cases): a tile / split / stage sweep.
+T. the tensor-core decode GEMMs alone (--t-cases, at --t-tokens): a tile / split / stage sweep.
    ``--a16`` makes section A sweep the W8A8 GEMMs with 16-bit activations.
 Prints tables and writes every figure to the JSON.
 """
@@ -277,6 +277,7 @@ def main():
     ap.add_argument("--d-variants", default=",".join(W8A8_MODES), help="section D: which of " + ",".join(W8A8_MODES))
     ap.add_argument("--t-cases", default="qwen3-30b-a3b:1:fp8_channel,qwen3-30b-a3b:1:int8_channel,"
                     "deepseek-v3:8:fp8_block", help="section T: model:tp:scheme list")
+    ap.add_argument("--t-tokens", default="1", help="section T: token counts (the GEMMs alone at each)")
     ap.add_argument("--g-cases", default="qwen3-30b-a3b:1:fp8_channel,deepseek-v3:8:fp8_block,"
                     "qwen3-30b-a3b:1:none,deepseek-v3:8:none", help="section G: model:tp:scheme list")
     ap.add_argument("--g-tokens", default="1,2")
@@ -330,12 +331,14 @@ def main():
             torch.cuda.empty_cache()
     if "T" not in skip:
         res["T"] = {}
-        for case in a.t_cases.split(","):
+        for case, T in itertools.product(a.t_cases.split(","), [int(t) for t in a.t_tokens.split(",")]):
             name, tp, scheme = case.split(":")
             cfg = get_preset(name).to_config(tp=int(tp))
             w = hz.make_weights(cfg, scheme, "cuda", seed=0)
-            sets = hz.make_input_sets(cfg, 1, "cuda", seed=1).sets
+            sets = hz.make_input_sets(cfg, T, "cuda", seed=1).sets
             rows = tc_sweep(cfg, w, sets, bw, a.quick)
+            if T != 1:
+                case = f"{case} T={T}"
             res["T"][case] = rows
             for g in ("gemm1", "gemm2"):
                 ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
