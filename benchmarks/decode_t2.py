@@ -112,16 +112,30 @@ def sweep(name, tp, scheme, T, n_sets=16, rounds=1):
 
 
 RULES = {"new": (128, 4096, True), "old": (256, 8192, False), "g1new": (256, 4096, False), "g2new": (128, 8192, True)}
+# the tensor-core chain's session-31 rules (kernels/decode_tc.py TC_GEMM1_STAGES_SHORT_K,
+# TC_GEMM2_PROGRAMS_LONG_K) against session 30's, and each half alone
+TC_RULES = {"tcnew": (3, 2.5), "tcold": (4, 4), "tcg1new": (3, 4), "tcg2new": (4, 2.5)}
 
 
 def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "g2new")):
-    """The layer (a16 math, FUSEDMOE_W8A8_DECODE=a16) under session 29's 8-bit decode tile rules
-    and session 28's, and each half alone (kernels/decode.py BK8_FLOOR, GEMM1_STEP8,
-    TILES_ONE_STEP_ONLY), alternating rounds, best graph µs of each."""
+    """The layer under rule sets, alternating rounds, best graph µs of each: RULES (a16 math,
+    FUSEDMOE_W8A8_DECODE=a16: session 29's 8-bit decode tile rules against session 28's, and
+    each half alone: kernels/decode.py BK8_FLOOR, GEMM1_STEP8, TILES_ONE_STEP_ONLY) or
+    TC_RULES (the tensor-core chain, FUSEDMOE_W8A8_DECODE=tc: kernels/decode_tc.py)."""
     from fusedmoe.kernels import decode as dk
+    from fusedmoe.kernels import decode_tc as tc
     from fusedmoe.layer import prepare_experts
-    saved = (dk.BK8_FLOOR, dk.GEMM1_STEP8, dk.TILES_ONE_STEP_ONLY)
-    os.environ.update(FUSEDMOE_W8A8_DECODE="a16", FUSEDMOE_DECODE_PAIRS="4096")
+    if all(v in TC_RULES for v in variants):
+        mod, attrs, table, mode = tc, ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K"), TC_RULES, "tc"
+    else:
+        mod, attrs, table, mode = dk, ("BK8_FLOOR", "GEMM1_STEP8", "TILES_ONE_STEP_ONLY"), RULES, "a16"
+    saved = tuple(getattr(mod, n) for n in attrs)
+
+    def put(values):
+        for n, v in zip(attrs, values):
+            setattr(mod, n, v)
+        dk._cached_config.cache_clear()
+    os.environ.update(FUSEDMOE_W8A8_DECODE=mode, FUSEDMOE_DECODE_PAIRS="4096")
     cfg = get_preset(name).to_config(tp=tp)
     w = hz.make_weights(cfg, scheme, "cuda", seed=0)
     rows = []
@@ -131,15 +145,13 @@ def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "
             best = {}
             for _ in range(rounds):
                 for v in variants:
-                    dk.BK8_FLOOR, dk.GEMM1_STEP8, dk.TILES_ONE_STEP_ONLY = RULES[v]
-                    dk._cached_config.cache_clear()
+                    put(table[v])
                     pe = prepare_experts(cfg, w, "triton")
                     t = hz.time_impl(pe, sets, graph=True, eager=False)
                     best[v] = min(best.get(v, float("inf")), t.us_graph)
-            rows += [dict(case=f"{name}:{tp}:{scheme}", T=T, rule=v, us_graph=us) for v, us in best.items()]
+            rows += [dict(case=f"{name}:{tp}:{scheme}", T=T, rule=v, mode=mode, us_graph=us) for v, us in best.items()]
     finally:
-        dk.BK8_FLOOR, dk.GEMM1_STEP8, dk.TILES_ONE_STEP_ONLY = saved
-        dk._cached_config.cache_clear()
+        put(saved)
         for key in ("FUSEDMOE_W8A8_DECODE", "FUSEDMOE_DECODE_PAIRS"):
             os.environ.pop(key, None)
     del w
@@ -156,7 +168,8 @@ def main(argv=None):
     ap.add_argument("--layer-modes", default="auto,a16,tc", help="the layer's decode modes, of decode_ab.W8A8_MODES")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the GEMM grid (median)")
     ap.add_argument("--rule-ab", default="", help="T list: the layer under the new / old 8-bit tile rules")
-    ap.add_argument("--rule-variants", default="new,old,g1new,g2new", help="of " + ",".join(RULES))
+    ap.add_argument("--rule-variants", default="new,old,g1new,g2new", help="of " + ",".join(RULES) + " (a16) or "
+                    + ",".join(TC_RULES) + " (the tensor-core chain)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     bw = hz.measure_ceilings().copy_gbps
@@ -168,7 +181,7 @@ def main(argv=None):
                            a.rule_variants.split(","))
             res["rules"] += rows
             for r in rows:
-                print(f"rules {case} T={r['T']} {r['rule']:6s} graph {r['us_graph']:6.2f} us (a16)", flush=True)
+                print(f"rules {case} T={r['T']} {r['rule']:7s} graph {r['us_graph']:6.2f} us ({r['mode']})", flush=True)
         for T in map(int, filter(None, a.tokens.split(","))):
             rows = sweep(name, int(tp), scheme, T, rounds=a.rounds)
             res["kernels"] += [dict(case=case, T=T, **r) for r in rows]

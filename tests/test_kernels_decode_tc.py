@@ -242,6 +242,14 @@ def test_tc_config_rules():
     c2 = tc_config("gemm2", 1, 7168, 256, 8, group_k=128)
     assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 8)
     assert not c1["SHARE"] and not c2["SHARE"]          # no expert count given: never shared
+    # session 31: qwen3's unsplit GEMM1 (K = 2048) takes 3 stages, deepseek's (K = 7168) 4; qwen3's
+    # GEMM2 (K = 768) stops doubling its slot groups at 2.5 programs an SM: 8 at T = 1, 2, 4 at T = 3, 4;
+    # deepseek's (K = 256) at 4 as before: 2 at T = 3
+    assert tc_config("gemm1", 8, 768, 2048, 8)["num_stages"] == 3
+    assert tc_config("gemm1", 8, 256, 7168, 8, group_k=128)["num_stages"] == 4
+    assert tc_config("gemm1", 24, 256, 7168, 8, group_k=128)["num_stages"] == 4
+    assert [tc_config("gemm2", T, 2048, 768, 8)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 4, 4]
+    assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 4, 2, 2]
     # expert-shared from E / 2 pairs on (qwen3 E=128: T=8), with one K slice and no slot groups;
     # never for one token (k distinct experts), whatever E
     kw = dict(num_experts=128)

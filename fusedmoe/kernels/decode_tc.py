@@ -507,6 +507,16 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: O
             and (intermediate is None or intermediate >= SHARE_MIN_I))
 
 
+# Session 31 (H100, each GEMM alone at T = 2, 3, 4: benchmarks/decode_ab.py section T,
+# docs/bench_h100_s31_tc_sweep_t234.txt; qwen3 fp8_channel and int8_channel agree to 0.1 us):
+# GEMM1 (K = 2048, one K slice, a program a pair) with 3 stages instead of 4: T=2 20.1 -> 19.3 us,
+# T=3 28.2 -> 27.0, T=4 35.5 -> 35.3; GEMM2 (K = 768) with half the slot groups at T = 3, 4
+# (4 instead of 8): 16.9 -> 15.8, 20.1 -> 19.4. deepseek-v3 tp8 (GEMM1 K = 7168, GEMM2 K = 256)
+# had no single better rule and keeps the old ones.
+TC_GEMM1_STAGES_SHORT_K = 3        # GEMM1 stages where K <= 2048, unsplit, not SHARE (old: 4)
+TC_GEMM2_PROGRAMS_LONG_K = 2.5     # GEMM2 slot groups double while programs < this x SMs, K >= 512 (old: 4)
+
+
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
               group_k: Optional[int] = None, num_sms: int = 132, share: Optional[bool] = None,
               num_experts: Optional[int] = None) -> dict:
@@ -517,8 +527,10 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     256 bytes of each row a K step (16 KB a stage), or the block scales' group. GEMM1 splits
     K (powers of two) only while its tiles fill less than one wave of programs (the ticket
     and the partials' round trip cost: qwen3 fp8 T=1 11.2 us unsplit vs 13.8 with 2 splits),
+    and takes TC_GEMM1_STAGES_SHORT_K stages where K <= 2048 and it does not split (else 4).
     GEMM2 splits the slots while there are fewer than 4 programs per SM (qwen3 and deepseek
-    tp8: one slot a program measured best). H100, benchmarks/decode_ab.py section T.
+    tp8 at T=1: one slot a program measured best), TC_GEMM2_PROGRAMS_LONG_K for K >= 512
+    (qwen3 T = 3, 4: two slots a program). H100, benchmarks/decode_ab.py section T.
     ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
     GEMM2's K): expert-shared programs;
     GEMM1 then takes one K slice, and GEMM2 a program a (pair, N tile) with its own k-sum
@@ -540,11 +552,13 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         split = 1
         while not share and split < 8 and tiles * split < num_sms and cdiv(nk, 2 * split) >= 2:
             split *= 2
-        return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=4)
+        stages = TC_GEMM1_STAGES_SHORT_K if (not share and split == 1 and K <= 2048) else 4
+        return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=stages)
     bn = 64
     tiles = cdiv(n_out, bn) * pairs_or_tokens
     groups = 1
-    while not share and groups < top_k and tiles * groups < 4 * num_sms:
+    per_sm = TC_GEMM2_PROGRAMS_LONG_K if K >= 512 else 4
+    while not share and groups < top_k and tiles * groups < per_sm * num_sms:
         groups *= 2
     return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4,
                 num_stages=2 if share else 4)
