@@ -122,7 +122,9 @@ def auto_a16_max_t(quant, platform=None) -> int:
       * H100, deepseek-v3 tp8 fp8_block: T=2 39.1-40.5 / 40.5-41.2 (the more accurate wins),
         T=3 56.0-57.4 / 54.8-56.0;
       * H100, qwen3 int8_channel: T=2 35.3-36.4 / 35.0-35.3 (tc), T=3 47.6-49.2 / 48.6-49.4
-        (a16 1-2% ahead, within the spread: tc kept);
+        (a16 1-2% ahead, within the spread: tc kept); with session 31's tc tile rules (tc
+        33.9 / 46.7 / 57.9 at T = 2, 3, 4) tc leads clearly; fp8_channel's tc is then even with
+        a16 at T=4 (58.0 / 57.9-58.2) and behind at T = 2, 3 (34.3 / 33.0, 46.8 / 45.4);
       * H200 (session 30): qwen3 fp8_channel T=2 27.6 / 29.1, T=3 39.7 / 41.0, T=4 48.6 / 47.8;
         deepseek fp8_block T=2 37.2 / 33.6 (tc 10% ahead); int8_channel T=2 32.5 / 29.1;
       * fp8_tensor: not measured, one token.
