@@ -126,7 +126,9 @@ def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "
     from fusedmoe.kernels import decode_tc as tc
     from fusedmoe.layer import prepare_experts
     if all(v in TC_RULES for v in variants):
-        mod, attrs, table, mode = tc, ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K"), TC_RULES, "tc"
+        # (TC_RULES_OLD_ON emptied: the rules given apply on every platform during the A/B)
+        mod, attrs, table, mode = (tc, ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K", "TC_RULES_OLD_ON"),
+                                   {v: r + ((),) for v, r in TC_RULES.items()}, "tc")
     else:
         mod, attrs, table, mode = dk, ("BK8_FLOOR", "GEMM1_STEP8", "TILES_ONE_STEP_ONLY"), RULES, "a16"
     saved = tuple(getattr(mod, n) for n in attrs)

@@ -259,6 +259,27 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
         check(pe, cfg, w, mk.x(cfg, 7, seed=24).to(dev), mk.logits(cfg, 7, seed=25).to(dev))
 
 
+def test_triton_tc_decode_configs_know_the_device(mk, monkeypatch):
+    # the tensor-core decode's tile rules depend on the GPU (kernels/decode_tc.py TC_RULES_OLD_ON:
+    # the H200 keeps session 30's): the backend hands tc_config its platform's name
+    from fusedmoe.kernels import decode_tc
+    seen = []
+    real = decode_tc.tc_config
+
+    def spy(*a, **kw):
+        seen.append(kw.get("device_name"))
+        return real(*a, **kw)
+    monkeypatch.setattr(decode_tc, "tc_config", spy)
+    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "16")
+    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32")
+    w = mk.weights(cfg, "fp8_channel", seed=51).to(dev)
+    pe = build("triton", cfg, w)
+    check(pe, cfg, w, mk.x(cfg, 3, seed=52).to(dev), mk.logits(cfg, 3, seed=53).to(dev))
+    assert seen and set(seen) == {pe.kernel.experts.platform.name}
+
+
 @pytest.mark.parametrize("feature", ["plain", "bias_ep"])
 def test_triton_fp8_block_rescale_through_the_layer(mk, feature):
     # fp8_block on the grouped path with RESCALE (block scales applied to the accumulator in

@@ -250,6 +250,11 @@ def test_tc_config_rules():
     assert tc_config("gemm1", 24, 256, 7168, 8, group_k=128)["num_stages"] == 4
     assert [tc_config("gemm2", T, 2048, 768, 8)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 4, 4]
     assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 4, 2, 2]
+    # not measured on the H200: session 30's rules there (4 stages, groups to 4 programs an SM)
+    h200 = dict(device_name="NVIDIA H200")
+    assert tc_config("gemm1", 8, 768, 2048, 8, **h200)["num_stages"] == 4
+    assert [tc_config("gemm2", T, 2048, 768, 8, **h200)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 8, 8]
+    assert tc_config("gemm1", 8, 768, 2048, 8, device_name="NVIDIA H100 80GB HBM3")["num_stages"] == 3
     # expert-shared from E / 2 pairs on (qwen3 E=128: T=8), with one K slice and no slot groups;
     # never for one token (k distinct experts), whatever E
     kw = dict(num_experts=128)

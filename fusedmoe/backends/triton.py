@@ -569,8 +569,11 @@ class TritonExperts(Experts):
         gk = self.block_shape[1] if self.quant_mode == "block" else None
         nsm = _num_sms(x.device)
         E = c.num_local_experts
-        c1 = tc.tc_config("gemm1", T * k, h.shape[1], c.hidden_size, k, c.is_gated, gk, nsm, num_experts=E)
-        c2 = tc.tc_config("gemm2", T, c.hidden_size, h.shape[1], k, group_k=gk, num_sms=nsm, num_experts=E)
+        dev = getattr(self.platform, "name", "") or ""
+        c1 = tc.tc_config("gemm1", T * k, h.shape[1], c.hidden_size, k, c.is_gated, gk, nsm, num_experts=E,
+                          device_name=dev)
+        c2 = tc.tc_config("gemm2", T, c.hidden_size, h.shape[1], k, group_k=gk, num_sms=nsm, num_experts=E,
+                          device_name=dev)
         s1, s2 = tc.scratch(T, k, h.shape[1], c.hidden_size, c1, c2, c.is_gated, x.device)
         table = tc.share_table(T, k, x.device) if c1["SHARE"] or c2["SHARE"] else None
 

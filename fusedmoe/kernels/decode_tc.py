@@ -515,11 +515,15 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: O
 # had no single better rule and keeps the old ones.
 TC_GEMM1_STAGES_SHORT_K = 3        # GEMM1 stages where K <= 2048, unsplit, not SHARE (old: 4)
 TC_GEMM2_PROGRAMS_LONG_K = 2.5     # GEMM2 slot groups double while programs < this x SMs, K >= 512 (old: 4)
+# GPUs (names containing these) that keep session 30's rules: the rules above were measured on
+# the H100 only; the H200 streams 1.45x faster, where fewer stages in flight may not pay
+# (scripts/gpu_s32_h200_rules.sh measures it)
+TC_RULES_OLD_ON = ("H200",)
 
 
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
               group_k: Optional[int] = None, num_sms: int = 132, share: Optional[bool] = None,
-              num_experts: Optional[int] = None) -> dict:
+              num_experts: Optional[int] = None, device_name: str = "") -> dict:
     """Launch config of one tensor-core decode GEMM: BLOCK_N, BLOCK_K, SPLIT_K (gemm1) or
     GROUPS (gemm2), SHARE, num_warps, num_stages.
 
@@ -535,7 +539,9 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     GEMM2's K): expert-shared programs;
     GEMM1 then takes one K slice, and GEMM2 a program a (pair, N tile) with its own k-sum
     (GROUPS 1) and two stages (its K is short: qwen3 T=8 38.4 -> 33.1 us, T=16 60.9 -> 50.3
-    against four; three were between the two in the first form)."""
+    against four; three were between the two in the first form). ``device_name`` containing one
+    of TC_RULES_OLD_ON: stages 4 and 4 programs an SM everywhere (session 30's rules)."""
+    old = any(n in device_name for n in TC_RULES_OLD_ON)
     pairs = pairs_or_tokens if gemm == "gemm1" else pairs_or_tokens * top_k
     if share is None:
         share = tc_share(pairs, top_k, num_experts, n_out if gemm == "gemm1" else K)
@@ -552,12 +558,12 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         split = 1
         while not share and split < 8 and tiles * split < num_sms and cdiv(nk, 2 * split) >= 2:
             split *= 2
-        stages = TC_GEMM1_STAGES_SHORT_K if (not share and split == 1 and K <= 2048) else 4
+        stages = TC_GEMM1_STAGES_SHORT_K if (not share and split == 1 and K <= 2048 and not old) else 4
         return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=stages)
     bn = 64
     tiles = cdiv(n_out, bn) * pairs_or_tokens
     groups = 1
-    per_sm = TC_GEMM2_PROGRAMS_LONG_K if K >= 512 else 4
+    per_sm = TC_GEMM2_PROGRAMS_LONG_K if (K >= 512 and not old) else 4
     while not share and groups < top_k and tiles * groups < per_sm * num_sms:
         groups *= 2
     return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4,
