@@ -242,19 +242,22 @@ def test_tc_config_rules():
     c2 = tc_config("gemm2", 1, 7168, 256, 8, group_k=128)
     assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 8)
     assert not c1["SHARE"] and not c2["SHARE"]          # no expert count given: never shared
-    # session 31: qwen3's unsplit GEMM1 (K = 2048) takes 3 stages, deepseek's (K = 7168) 4; qwen3's
-    # GEMM2 (K = 768) stops doubling its slot groups at 2.5 programs an SM: 8 at T = 1, 2, 4 at T = 3, 4;
-    # deepseek's (K = 256) at 4 as before: 2 at T = 3
-    assert tc_config("gemm1", 8, 768, 2048, 8)["num_stages"] == 3
+    # session 31, at T = 2..4 where it was measured: qwen3's unsplit GEMM1 (K = 2048) takes 3 stages,
+    # deepseek's (K = 7168) 4; qwen3's GEMM2 (K = 768) stops doubling its slot groups at 2.5 programs
+    # an SM: 8 at T = 1, 2, 4 at T = 3, 4; deepseek's (K = 256) at 4 as before: 2 at T = 3. T=1 and
+    # T >= 5 keep the old rules
+    assert [tc_config("gemm1", 8 * T, 768, 2048, 8)["num_stages"] for T in (1, 2, 3, 4, 5)] == [4, 3, 3, 3, 4]
+    assert [tc_config("gemm2", T, 2048, 768, 8)["GROUPS"] for T in (5, 6, 7)] == [4, 4, 4]
+    assert tc_config("gemm1", 16, 768, 2048, 8)["num_stages"] == 3
     assert tc_config("gemm1", 8, 256, 7168, 8, group_k=128)["num_stages"] == 4
     assert tc_config("gemm1", 24, 256, 7168, 8, group_k=128)["num_stages"] == 4
     assert [tc_config("gemm2", T, 2048, 768, 8)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 4, 4]
     assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 4, 2, 2]
     # not measured on the H200: session 30's rules there (4 stages, groups to 4 programs an SM)
     h200 = dict(device_name="NVIDIA H200")
-    assert tc_config("gemm1", 8, 768, 2048, 8, **h200)["num_stages"] == 4
+    assert tc_config("gemm1", 16, 768, 2048, 8, **h200)["num_stages"] == 4
     assert [tc_config("gemm2", T, 2048, 768, 8, **h200)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 8, 8]
-    assert tc_config("gemm1", 8, 768, 2048, 8, device_name="NVIDIA H100 80GB HBM3")["num_stages"] == 3
+    assert tc_config("gemm1", 16, 768, 2048, 8, device_name="NVIDIA H100 80GB HBM3")["num_stages"] == 3
     # expert-shared from E / 2 pairs on (qwen3 E=128: T=8), with one K slice and no slot groups;
     # never for one token (k distinct experts), whatever E
     kw = dict(num_experts=128)

@@ -531,18 +531,20 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     256 bytes of each row a K step (16 KB a stage), or the block scales' group. GEMM1 splits
     K (powers of two) only while its tiles fill less than one wave of programs (the ticket
     and the partials' round trip cost: qwen3 fp8 T=1 11.2 us unsplit vs 13.8 with 2 splits),
-    and takes TC_GEMM1_STAGES_SHORT_K stages where K <= 2048 and it does not split (else 4).
+    and takes TC_GEMM1_STAGES_SHORT_K stages where K <= 2048 and it does not split (else 4),
     GEMM2 splits the slots while there are fewer than 4 programs per SM (qwen3 and deepseek
     tp8 at T=1: one slot a program measured best), TC_GEMM2_PROGRAMS_LONG_K for K >= 512
-    (qwen3 T = 3, 4: two slots a program). H100, benchmarks/decode_ab.py section T.
+    (qwen3 T = 3, 4: two slots a program), both at T = 2..4. H100, benchmarks/decode_ab.py
+    section T.
     ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
     GEMM2's K): expert-shared programs;
     GEMM1 then takes one K slice, and GEMM2 a program a (pair, N tile) with its own k-sum
     (GROUPS 1) and two stages (its K is short: qwen3 T=8 38.4 -> 33.1 us, T=16 60.9 -> 50.3
     against four; three were between the two in the first form). ``device_name`` containing one
-    of TC_RULES_OLD_ON: stages 4 and 4 programs an SM everywhere (session 30's rules)."""
-    old = any(n in device_name for n in TC_RULES_OLD_ON)
+    of TC_RULES_OLD_ON: stages 4 and 4 programs an SM everywhere (session 30's rules). Session
+    31's two rules apply where they were measured, T = 2..4 (T=1: session 7's sweep)."""
     pairs = pairs_or_tokens if gemm == "gemm1" else pairs_or_tokens * top_k
+    s31 = top_k < pairs <= 4 * top_k and not any(n in device_name for n in TC_RULES_OLD_ON)
     if share is None:
         share = tc_share(pairs, top_k, num_experts, n_out if gemm == "gemm1" else K)
     bk = 256
@@ -558,12 +560,12 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         split = 1
         while not share and split < 8 and tiles * split < num_sms and cdiv(nk, 2 * split) >= 2:
             split *= 2
-        stages = TC_GEMM1_STAGES_SHORT_K if (not share and split == 1 and K <= 2048 and not old) else 4
+        stages = TC_GEMM1_STAGES_SHORT_K if (s31 and not share and split == 1 and K <= 2048) else 4
         return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=stages)
     bn = 64
     tiles = cdiv(n_out, bn) * pairs_or_tokens
     groups = 1
-    per_sm = TC_GEMM2_PROGRAMS_LONG_K if (K >= 512 and not old) else 4
+    per_sm = TC_GEMM2_PROGRAMS_LONG_K if (s31 and K >= 512) else 4
     while not share and groups < top_k and tiles * groups < per_sm * num_sms:
         groups *= 2
     return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4,
