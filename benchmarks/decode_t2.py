@@ -112,9 +112,12 @@ def sweep(name, tp, scheme, T, n_sets=16, rounds=1):
 
 
 RULES = {"new": (128, 4096, True), "old": (256, 8192, False), "g1new": (256, 4096, False), "g2new": (128, 8192, True)}
-# the tensor-core chain's session-31 rules (kernels/decode_tc.py TC_GEMM1_STAGES_SHORT_K,
-# TC_GEMM2_PROGRAMS_LONG_K) against session 30's, and each half alone
-TC_RULES = {"tcnew": (3, 2.5), "tcold": (4, 4), "tcg1new": (3, 4), "tcg2new": (4, 2.5)}
+# the tensor-core chain's rules (kernels/decode_tc.py TC_GEMM1_STAGES_SHORT_K,
+# TC_GEMM2_PROGRAMS_LONG_K, TC_GEMM1_STAGES_LONG_K, TC_GEMM2_STAGES_SHORT_K): session 31's
+# ("tcnew", shipped) against session 30's ("tcold"), each half alone, and the deepseek-v3 tp8
+# candidates of session 31's sweep ("tcds": GEMM1 6 stages at K = 7168, GEMM2 2 at K = 256)
+TC_RULES = {"tcnew": (3, 2.5, 4, 4), "tcold": (4, 4, 4, 4), "tcg1new": (3, 4, 4, 4), "tcg2new": (4, 2.5, 4, 4),
+            "tcds": (3, 2.5, 6, 2), "tcds1": (3, 2.5, 6, 4), "tcds2": (3, 2.5, 4, 2)}
 
 
 def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "g2new")):
@@ -127,7 +130,8 @@ def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "
     from fusedmoe.layer import prepare_experts
     if all(v in TC_RULES for v in variants):
         # (TC_RULES_OLD_ON emptied: the rules given apply on every platform during the A/B)
-        mod, attrs, table, mode = (tc, ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K", "TC_RULES_OLD_ON"),
+        mod, attrs, table, mode = (tc, ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K", "TC_GEMM1_STAGES_LONG_K",
+                                        "TC_GEMM2_STAGES_SHORT_K", "TC_RULES_OLD_ON"),
                                    {v: r + ((),) for v, r in TC_RULES.items()}, "tc")
     else:
         mod, attrs, table, mode = dk, ("BK8_FLOOR", "GEMM1_STEP8", "TILES_ONE_STEP_ONLY"), RULES, "a16"

@@ -258,6 +258,9 @@ def test_tc_config_rules():
     assert tc_config("gemm1", 16, 768, 2048, 8, **h200)["num_stages"] == 4
     assert [tc_config("gemm2", T, 2048, 768, 8, **h200)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 8, 8]
     assert tc_config("gemm1", 16, 768, 2048, 8, device_name="NVIDIA H100 80GB HBM3")["num_stages"] == 3
+    # the deepseek candidates ship at their old values: 4 stages for both GEMMs at T = 2..4
+    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["num_stages"] for T in (1, 2, 3, 4)] == [4] * 4
+    assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128)["num_stages"] for T in (1, 2, 3, 4)] == [4] * 4
     # expert-shared from E / 2 pairs on (qwen3 E=128: T=8), with one K slice and no slot groups;
     # never for one token (k distinct experts), whatever E
     kw = dict(num_experts=128)

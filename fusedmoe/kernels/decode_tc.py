@@ -515,6 +515,10 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: O
 # had no single better rule and keeps the old ones.
 TC_GEMM1_STAGES_SHORT_K = 3        # GEMM1 stages where K <= 2048, unsplit, not SHARE (old: 4)
 TC_GEMM2_PROGRAMS_LONG_K = 2.5     # GEMM2 slot groups double while programs < this x SMs, K >= 512 (old: 4)
+# Candidates for deepseek-v3 tp8's shapes, at their old values (the sweep's -2 to -2.6% alone; no
+# layer A/B yet: benchmarks/decode_t2.py TC_RULES "tcds", scripts/gpu_s32_tc_deepseek.sh)
+TC_GEMM1_STAGES_LONG_K = 4         # GEMM1 stages where K > 2048, not SHARE (sweep: 6 at T = 2, 4)
+TC_GEMM2_STAGES_SHORT_K = 4        # GEMM2 stages where K < 512, not SHARE (sweep: 2 at T = 2..4)
 # GPUs (names containing these) that keep session 30's rules: the rules above were measured on
 # the H100 only; the H200 streams 1.45x faster, where fewer stages in flight may not pay
 # (scripts/gpu_s32_h200_rules.sh measures it)
@@ -560,7 +564,12 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         split = 1
         while not share and split < 8 and tiles * split < num_sms and cdiv(nk, 2 * split) >= 2:
             split *= 2
-        stages = TC_GEMM1_STAGES_SHORT_K if (s31 and not share and split == 1 and K <= 2048) else 4
+        stages = 4
+        if s31 and not share:
+            if K > 2048:
+                stages = TC_GEMM1_STAGES_LONG_K
+            elif split == 1:
+                stages = TC_GEMM1_STAGES_SHORT_K
         return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=stages)
     bn = 64
     tiles = cdiv(n_out, bn) * pairs_or_tokens
@@ -568,8 +577,8 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     per_sm = TC_GEMM2_PROGRAMS_LONG_K if (s31 and K >= 512) else 4
     while not share and groups < top_k and tiles * groups < per_sm * num_sms:
         groups *= 2
-    return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4,
-                num_stages=2 if share else 4)
+    stages = 2 if share else (TC_GEMM2_STAGES_SHORT_K if s31 and K < 512 else 4)
+    return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4, num_stages=stages)
 
 
 def _check(a, w, quant, block_shape, bk) -> None:
