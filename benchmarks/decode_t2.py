@@ -115,9 +115,11 @@ RULES = {"new": (128, 4096, True), "old": (256, 8192, False), "g1new": (256, 409
 # the tensor-core chain's rules (kernels/decode_tc.py TC_GEMM1_STAGES_SHORT_K,
 # TC_GEMM2_PROGRAMS_LONG_K, TC_GEMM1_STAGES_LONG_K, TC_GEMM2_STAGES_SHORT_K): session 31's
 # ("tcnew", shipped) against session 30's ("tcold"), each half alone, and the deepseek-v3 tp8
-# candidates of session 31's sweep ("tcds": GEMM1 6 stages at K = 7168, GEMM2 2 at K = 256)
-TC_RULES = {"tcnew": (3, 2.5, 4, 4), "tcold": (4, 4, 4, 4), "tcg1new": (3, 4, 4, 4), "tcg2new": (4, 2.5, 4, 4),
-            "tcds": (3, 2.5, 6, 2), "tcds1": (3, 2.5, 6, 4), "tcds2": (3, 2.5, 4, 2)}
+# candidates of session 31's sweep ("tcds": GEMM1 6 stages at K = 7168, GEMM2 2 at K = 256;
+# "tcds3": GEMM1 splits K until 1.5 waves at K = 7168, i.e. 2 splits at T=3; "tcdsx": all three)
+TC_RULES = {"tcnew": (3, 2.5, 4, 4, 1.0), "tcold": (4, 4, 4, 4, 1.0), "tcg1new": (3, 4, 4, 4, 1.0),
+            "tcg2new": (4, 2.5, 4, 4, 1.0), "tcds": (3, 2.5, 6, 2, 1.0), "tcds1": (3, 2.5, 6, 4, 1.0),
+            "tcds2": (3, 2.5, 4, 2, 1.0), "tcds3": (3, 2.5, 4, 4, 1.5), "tcdsx": (3, 2.5, 6, 2, 1.5)}
 
 
 def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "g2new")):
@@ -131,7 +133,7 @@ def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "
     if all(v in TC_RULES for v in variants):
         # (TC_RULES_OLD_ON emptied: the rules given apply on every platform during the A/B)
         mod, attrs, table, mode = (tc, ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K", "TC_GEMM1_STAGES_LONG_K",
-                                        "TC_GEMM2_STAGES_SHORT_K", "TC_RULES_OLD_ON"),
+                                        "TC_GEMM2_STAGES_SHORT_K", "TC_GEMM1_SPLIT_WAVES_LONG_K", "TC_RULES_OLD_ON"),
                                    {v: r + ((),) for v, r in TC_RULES.items()}, "tc")
     else:
         mod, attrs, table, mode = dk, ("BK8_FLOOR", "GEMM1_STEP8", "TILES_ONE_STEP_ONLY"), RULES, "a16"

@@ -519,6 +519,7 @@ TC_GEMM2_PROGRAMS_LONG_K = 2.5     # GEMM2 slot groups double while programs < t
 # layer A/B yet: benchmarks/decode_t2.py TC_RULES "tcds", scripts/gpu_s32_tc_deepseek.sh)
 TC_GEMM1_STAGES_LONG_K = 4         # GEMM1 stages where K > 2048, not SHARE (sweep: 6 at T = 2, 4)
 TC_GEMM2_STAGES_SHORT_K = 4        # GEMM2 stages where K < 512, not SHARE (sweep: 2 at T = 2..4)
+TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this x SMs, K > 2048 (sweep: 2 splits at T=3)
 # GPUs (names containing these) that keep session 30's rules: the rules above were measured on
 # the H100 only; the H200 streams 1.45x faster, where fewer stages in flight may not pay
 # (scripts/gpu_s32_h200_rules.sh measures it)
@@ -562,7 +563,8 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         tiles = cdiv(n_out, bn) * pairs_or_tokens
         nk = cdiv(K, bk)
         split = 1
-        while not share and split < 8 and tiles * split < num_sms and cdiv(nk, 2 * split) >= 2:
+        waves = TC_GEMM1_SPLIT_WAVES_LONG_K if (s31 and K > 2048) else 1.0
+        while not share and split < 8 and tiles * split < waves * num_sms and cdiv(nk, 2 * split) >= 2:
             split *= 2
         stages = 4
         if s31 and not share:
