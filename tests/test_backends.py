@@ -260,8 +260,8 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
 
 
 def test_triton_tc_decode_configs_know_the_device(mk, monkeypatch):
-    # the tensor-core decode's tile rules depend on the GPU (kernels/decode_tc.py TC_RULES_OLD_ON:
-    # the H200 keeps session 30's): the backend hands tc_config its platform's name
+    # the tensor-core decode's tile rules may depend on the GPU (kernels/decode_tc.py
+    # TC_RULES_OLD_ON, empty since session 32): the backend hands tc_config its platform's name
     from fusedmoe.kernels import decode_tc
     seen = []
     real = decode_tc.tc_config

@@ -229,7 +229,7 @@ def test_tc_decode_empty_and_bad_operands():
                   quantize_h=_quant_h(scheme, 0))
 
 
-def test_tc_config_rules():
+def test_tc_config_rules(monkeypatch):
     # qwen3 T=1 (8 pairs, I 768, H 2048): 24 tiles x 8 pairs = 192 programs >= 132 SMs: no
     # split; GEMM2 32 tiles -> slot groups while < 4 programs per SM: 8 (one slot each)
     c1 = tc_config("gemm1", 8, 768, 2048, 8)
@@ -242,25 +242,31 @@ def test_tc_config_rules():
     c2 = tc_config("gemm2", 1, 7168, 256, 8, group_k=128)
     assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 8)
     assert not c1["SHARE"] and not c2["SHARE"]          # no expert count given: never shared
-    # session 31, at T = 2..4 where it was measured: qwen3's unsplit GEMM1 (K = 2048) takes 3 stages,
-    # deepseek's (K = 7168) 4; qwen3's GEMM2 (K = 768) stops doubling its slot groups at 2.5 programs
-    # an SM: 8 at T = 1, 2, 4 at T = 3, 4; deepseek's (K = 256) at 4 as before: 2 at T = 3. T=1 and
-    # T >= 5 keep the old rules
+    # session 31, at T = 2..4 where it was measured: qwen3's unsplit GEMM1 (K = 2048) takes 3 stages;
+    # qwen3's GEMM2 (K = 768) stops doubling its slot groups at 2.5 programs an SM: 8 at T = 1, 2, 4
+    # at T = 3, 4; deepseek's (K = 256) at 4 as before: 2 at T = 3. Session 32: deepseek's GEMM1
+    # (K = 7168) takes 6 stages and its GEMM2 (K = 256) 2. T=1 and T >= 5 keep the old rules
     assert [tc_config("gemm1", 8 * T, 768, 2048, 8)["num_stages"] for T in (1, 2, 3, 4, 5)] == [4, 3, 3, 3, 4]
     assert [tc_config("gemm2", T, 2048, 768, 8)["GROUPS"] for T in (5, 6, 7)] == [4, 4, 4]
     assert tc_config("gemm1", 16, 768, 2048, 8)["num_stages"] == 3
-    assert tc_config("gemm1", 8, 256, 7168, 8, group_k=128)["num_stages"] == 4
-    assert tc_config("gemm1", 24, 256, 7168, 8, group_k=128)["num_stages"] == 4
     assert [tc_config("gemm2", T, 2048, 768, 8)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 4, 4]
     assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 4, 2, 2]
-    # not measured on the H200: session 30's rules there (4 stages, groups to 4 programs an SM)
+    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["num_stages"] for T in (1, 2, 3, 4, 5)] == [4, 6, 6, 6, 4]
+    assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128)["num_stages"] for T in (1, 2, 3, 4, 5)] == [4, 2, 2, 2, 4]
+    # deepseek's GEMM1 splits only below one wave of programs: 2 at T=2 (128 tiles), none at T=3
+    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["SPLIT_K"] for T in (1, 2, 3, 4)] == [4, 2, 1, 1]
+    # the same rules on the H100 and the H200 (both measured); a GPU named in TC_RULES_OLD_ON
+    # would keep session 30's (4 stages, groups to 4 programs an SM)
+    for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", ""):
+        assert tc_config("gemm1", 16, 768, 2048, 8, device_name=name)["num_stages"] == 3
+    import fusedmoe.kernels.decode_tc as dtc
+    monkeypatch.setattr(dtc, "TC_RULES_OLD_ON", ("H200",))
     h200 = dict(device_name="NVIDIA H200")
     assert tc_config("gemm1", 16, 768, 2048, 8, **h200)["num_stages"] == 4
+    assert tc_config("gemm1", 16, 256, 7168, 8, group_k=128, **h200)["num_stages"] == 4
     assert [tc_config("gemm2", T, 2048, 768, 8, **h200)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 8, 8]
     assert tc_config("gemm1", 16, 768, 2048, 8, device_name="NVIDIA H100 80GB HBM3")["num_stages"] == 3
-    # the deepseek candidates ship at their old values: 4 stages for both GEMMs at T = 2..4
-    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["num_stages"] for T in (1, 2, 3, 4)] == [4] * 4
-    assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128)["num_stages"] for T in (1, 2, 3, 4)] == [4] * 4
+    monkeypatch.undo()
     # expert-shared from E / 2 pairs on (qwen3 E=128: T=8), with one K slice and no slot groups;
     # never for one token (k distinct experts), whatever E
     kw = dict(num_experts=128)

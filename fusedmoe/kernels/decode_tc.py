@@ -512,18 +512,20 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: O
 # GEMM1 (K = 2048, one K slice, a program a pair) with 3 stages instead of 4: T=2 20.1 -> 19.3 us,
 # T=3 28.2 -> 27.0, T=4 35.5 -> 35.3; GEMM2 (K = 768) with half the slot groups at T = 3, 4
 # (4 instead of 8): 16.9 -> 15.8, 20.1 -> 19.4. deepseek-v3 tp8 (GEMM1 K = 7168, GEMM2 K = 256)
-# had no single better rule and keeps the old ones.
+# had no single better rule in that sweep (its own rules: session 32 below).
 TC_GEMM1_STAGES_SHORT_K = 3        # GEMM1 stages where K <= 2048, unsplit, not SHARE (old: 4)
 TC_GEMM2_PROGRAMS_LONG_K = 2.5     # GEMM2 slot groups double while programs < this x SMs, K >= 512 (old: 4)
-# Candidates for deepseek-v3 tp8's shapes, at their old values (the sweep's -2 to -2.6% alone; no
-# layer A/B yet: benchmarks/decode_t2.py TC_RULES "tcds", scripts/gpu_s32_tc_deepseek.sh)
-TC_GEMM1_STAGES_LONG_K = 4         # GEMM1 stages where K > 2048, not SHARE (sweep: 6 at T = 2, 4)
-TC_GEMM2_STAGES_SHORT_K = 4        # GEMM2 stages where K < 512, not SHARE (sweep: 2 at T = 2..4)
-TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this x SMs, K > 2048 (sweep: 2 splits at T=3)
-# GPUs (names containing these) that keep session 30's rules: the rules above were measured on
-# the H100 only; the H200 streams 1.45x faster, where fewer stages in flight may not pay
-# (scripts/gpu_s32_h200_rules.sh measures it)
-TC_RULES_OLD_ON = ("H200",)
+# Session 32 (layer A/B, benchmarks/decode_t2.py --rule-ab, best of 3 alternating rounds, tc
+# forced; docs/BENCHMARKS.md thirty-second section): deepseek-v3 tp8 fp8_block with GEMM1 6 stages
+# (K = 7168) and GEMM2 2 stages (K = 256), graph us: H100 T=2 41.20 -> 40.58, T=3 56.30 -> 54.78,
+# T=4 69.31 -> 68.32; H200 33.09 -> 32.00, 45.66 -> 43.12, 53.92 -> 51.19. GEMM1 2 splits at T=3
+# (TC_GEMM1_SPLIT_WAVES_LONG_K 1.5): H100 56.30 -> 55.87, H200 45.66 -> 45.79: not taken.
+TC_GEMM1_STAGES_LONG_K = 6         # GEMM1 stages where K > 2048, not SHARE (old: 4)
+TC_GEMM2_STAGES_SHORT_K = 2        # GEMM2 stages where K < 512, not SHARE (old: 4)
+TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this x SMs, K > 2048
+# GPUs (names containing these) that keep session 30's rules (none: session 32 measured the
+# H200, where the rules gain as on the H100: qwen3 int8 T=3 40.91 -> 38.24 us)
+TC_RULES_OLD_ON: tuple = ()
 
 
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
