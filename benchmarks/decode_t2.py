@@ -116,7 +116,9 @@ RULES = {"new": (128, 4096, True), "old": (256, 8192, False), "g1new": (256, 409
 # TC_GEMM2_PROGRAMS_LONG_K, TC_GEMM1_STAGES_LONG_K, TC_GEMM2_STAGES_SHORT_K): session 31's
 # ("tcnew", shipped) against session 30's ("tcold"), each half alone, and the deepseek-v3 tp8
 # candidates of session 31's sweep ("tcds": GEMM1 6 stages at K = 7168, GEMM2 2 at K = 256;
-# "tcds3": GEMM1 splits K until 1.5 waves at K = 7168, i.e. 2 splits at T=3; "tcdsx": all three)
+# "tcds3": GEMM1 splits K until 1.5 waves at K = 7168, i.e. 2 splits at T=3; "tcdsx": all three).
+# Since session 32 "tcds" is the shipped rule set (GEMM1's 6 stages bounded by
+# TC_GEMM1_LONG_K_PROGRAMS, which these tuples leave at its value) and "tcnew" the one before it
 TC_RULES = {"tcnew": (3, 2.5, 4, 4, 1.0), "tcold": (4, 4, 4, 4, 1.0), "tcg1new": (3, 4, 4, 4, 1.0),
             "tcg2new": (4, 2.5, 4, 4, 1.0), "tcds": (3, 2.5, 6, 2, 1.0), "tcds1": (3, 2.5, 6, 4, 1.0),
             "tcds2": (3, 2.5, 4, 2, 1.0), "tcds3": (3, 2.5, 4, 4, 1.5), "tcdsx": (3, 2.5, 6, 2, 1.5)}

@@ -253,6 +253,9 @@ def test_tc_config_rules(monkeypatch):
     assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 4, 2, 2]
     assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["num_stages"] for T in (1, 2, 3, 4, 5)] == [4, 6, 6, 6, 4]
     assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128)["num_stages"] for T in (1, 2, 3, 4, 5)] == [4, 2, 2, 2, 4]
+    # ... but not where GEMM1 runs more than 2 programs an SM (qwen3-235b K = 4096: 768 at T=2)
+    assert [tc_config("gemm1", 8 * T, 1536, 4096, 8)["num_stages"] for T in (1, 2, 3, 4)] == [4] * 4
+    assert tc_config("gemm1", 8, 256, 7168, 8, group_k=128, num_sms=132)["num_stages"] == 4   # T=1
     # deepseek's GEMM1 splits only below one wave of programs: 2 at T=2 (128 tiles), none at T=3
     assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["SPLIT_K"] for T in (1, 2, 3, 4)] == [4, 2, 1, 1]
     # the same rules on the H100 and the H200 (both measured); a GPU named in TC_RULES_OLD_ON

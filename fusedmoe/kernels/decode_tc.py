@@ -520,7 +520,12 @@ TC_GEMM2_PROGRAMS_LONG_K = 2.5     # GEMM2 slot groups double while programs < t
 # (K = 7168) and GEMM2 2 stages (K = 256), graph us: H100 T=2 41.20 -> 40.58, T=3 56.30 -> 54.78,
 # T=4 69.31 -> 68.32; H200 33.09 -> 32.00, 45.66 -> 43.12, 53.92 -> 51.19. GEMM1 2 splits at T=3
 # (TC_GEMM1_SPLIT_WAVES_LONG_K 1.5): H100 56.30 -> 55.87, H200 45.66 -> 45.79: not taken.
-TC_GEMM1_STAGES_LONG_K = 6         # GEMM1 stages where K > 2048, not SHARE (old: 4)
+# GEMM1's 6 stages lose where many programs share an SM (H100, T = 2, 3, 4): qwen3-235b fp8
+# (K = 4096, 48 tiles a pair) 109.41 -> 110.88, 160.01 -> 160.36, 204.92 -> 205.74 us; gpt-oss-120b
+# int8 (K = 2880, 90 tiles a pair) 82.83 -> 84.71, 115.37 -> 117.24, 151.21 -> 152.04; Mixtral
+# fp8 even. Hence the bound: deepseek tp8 runs 128-256 GEMM1 programs, the losers 768 and more.
+TC_GEMM1_STAGES_LONG_K = 6         # GEMM1 stages where K > 2048, not SHARE, programs < the bound (old: 4)
+TC_GEMM1_LONG_K_PROGRAMS = 2       # ... the bound: this x SMs programs (tiles x splits)
 TC_GEMM2_STAGES_SHORT_K = 2        # GEMM2 stages where K < 512, not SHARE (old: 4)
 TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this x SMs, K > 2048
 # GPUs (names containing these) that keep session 30's rules (none: session 32 measured the
@@ -538,18 +543,20 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     256 bytes of each row a K step (16 KB a stage), or the block scales' group. GEMM1 splits
     K (powers of two) only while its tiles fill less than one wave of programs (the ticket
     and the partials' round trip cost: qwen3 fp8 T=1 11.2 us unsplit vs 13.8 with 2 splits),
-    and takes TC_GEMM1_STAGES_SHORT_K stages where K <= 2048 and it does not split (else 4),
-    GEMM2 splits the slots while there are fewer than 4 programs per SM (qwen3 and deepseek
-    tp8 at T=1: one slot a program measured best), TC_GEMM2_PROGRAMS_LONG_K for K >= 512
-    (qwen3 T = 3, 4: two slots a program), both at T = 2..4. H100, benchmarks/decode_ab.py
-    section T.
+    and takes TC_GEMM1_STAGES_SHORT_K stages where K <= 2048 and it does not split,
+    TC_GEMM1_STAGES_LONG_K where K > 2048 and its programs number at most
+    TC_GEMM1_LONG_K_PROGRAMS an SM (else 4). GEMM2 splits the slots while there are fewer
+    than 4 programs per SM (qwen3 and deepseek tp8 at T=1: one slot a program measured best),
+    TC_GEMM2_PROGRAMS_LONG_K for K >= 512 (qwen3 T = 3, 4: two slots a program), and takes
+    TC_GEMM2_STAGES_SHORT_K stages where K < 512; all these at T = 2..4 only. H100
+    (benchmarks/decode_ab.py section T, decode_t2.py --rule-ab) and H200 (decode_t2.py).
     ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
     GEMM2's K): expert-shared programs;
     GEMM1 then takes one K slice, and GEMM2 a program a (pair, N tile) with its own k-sum
     (GROUPS 1) and two stages (its K is short: qwen3 T=8 38.4 -> 33.1 us, T=16 60.9 -> 50.3
     against four; three were between the two in the first form). ``device_name`` containing one
-    of TC_RULES_OLD_ON: stages 4 and 4 programs an SM everywhere (session 30's rules). Session
-    31's two rules apply where they were measured, T = 2..4 (T=1: session 7's sweep)."""
+    of TC_RULES_OLD_ON: stages 4 and 4 programs an SM everywhere (session 30's rules). The
+    T = 2..4 rules apply where they were measured (T=1: session 7's sweep)."""
     pairs = pairs_or_tokens if gemm == "gemm1" else pairs_or_tokens * top_k
     s31 = top_k < pairs <= 4 * top_k and not any(n in device_name for n in TC_RULES_OLD_ON)
     if share is None:
@@ -571,7 +578,7 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         stages = 4
         if s31 and not share:
             if K > 2048:
-                stages = TC_GEMM1_STAGES_LONG_K
+                stages = TC_GEMM1_STAGES_LONG_K if tiles * split <= TC_GEMM1_LONG_K_PROGRAMS * num_sms else 4
             elif split == 1:
                 stages = TC_GEMM1_STAGES_SHORT_K
         return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=stages)
