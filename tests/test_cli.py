@@ -254,7 +254,7 @@ def test_explain_auto_w8a8_decode_per_bucket(monkeypatch):
 def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     # the small-T rows where the W8A8 decode math changes: qwen3 fp8_channel on the H100 keeps
     # 16-bit activations to T=4 and reads shared experts once at T=8 (64 pairs = E / 2); the
-    # H200 switches to the tensor cores at T=4; deepseek tp8 (I = 256) never shares; 16-bit
+    # H200 switches to the tensor cores at T=3; deepseek tp8 (I = 256) never shares; 16-bit
     # weights list no extra rows
     from fusedmoe.backends.triton import _variants
     from fusedmoe.config import QuantScheme
@@ -268,7 +268,7 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     assert "16-bit activations" in h100["T=4"] and "tensor cores" not in h100["T=4"]
     assert "tensor cores" in h100["T=8"] and "read once for all its pairs" in h100["T=8"]
     h200 = _variants(qwen, QuantScheme.parse("fp8_channel"), Platform.resolve("h200"))
-    assert "16-bit activations" in h200["T=3"] and "tensor cores" in h200["T=4"]
+    assert "16-bit activations" in h200["T=2"] and "tensor cores" in h200["T=3"]
     assert "read once" not in h200["T=4"]                          # 32 pairs < E / 2
     ds = _variants(get_preset("deepseek-v3").to_config(tp=8), QuantScheme.parse("fp8_block"),
                    Platform.resolve("h100"))
