@@ -155,6 +155,11 @@ def decode_slots_first() -> bool | None:
     return _switch("FUSEDMOE_DECODE_SLOTS_FIRST")
 
 
+def decode_w4() -> bool | None:
+    """FUSEDMOE_DECODE_W4 as a bool (None when unset: kernels/decode.py's own rule)."""
+    return _switch("FUSEDMOE_DECODE_W4")
+
+
 def decode_share() -> bool | None:
     """FUSEDMOE_DECODE_SHARE as a bool (None when unset: kernels/decode_tc.py's own rule)."""
     return _switch("FUSEDMOE_DECODE_SHARE")

@@ -6,6 +6,7 @@ Triton front-end / compiler errors (e.g. a variable re-typed inside an ``if``) t
 interpreter (TRITON_INTERPRET=1) does not, before spending device time.
 
     python scripts/compile_check.py            (TRITON_INTERPRET must be unset)
+    COMPILE_CHECK_W4=1 python scripts/compile_check.py   (the decode kernels' 8-bit word path)
     PYTHONPATH=/path/to/triton36 python scripts/compile_check.py   (the device's Triton 3.6:
         `pip install --target /path/to/triton36 triton==3.6.0`; 3.6 rejects code 3.9 takes,
         e.g. a constexpr-if branch that returns early and a differently shaped value after it)
@@ -39,8 +40,21 @@ _DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", tor
        torch.int64: "i64", torch.float8_e4m3fn: "fp8e4nv", torch.int8: "i8", torch.uint8: "u8"}
 
 
+def _force_w4(kernel, args, constexprs):
+    """COMPILE_CHECK_W4=1: the decode kernels' W4 word path where a GPU would take it
+    (kernels/decode.py ``w4_mode``; CPU tensors always give 0)."""
+    names = [p.name for p in kernel.params]
+    if "W4" not in names or constexprs.get("INT_ACC") or constexprs.get("QA") or constexprs.get("A3"):
+        return constexprs
+    w = args[names.index("w_ptr")]
+    mode = {torch.int8: 1, torch.float8_e4m3fn: 2}.get(w.dtype, 0)
+    return dict(constexprs, W4=mode) if mode and w.shape[-1] % 16 == 0 else constexprs
+
+
 def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
     kernel, grid, args, constexprs, num_warps, num_stages, pdl = (list(spec) + [None, None, False])[:7]
+    if os.environ.get("COMPILE_CHECK_W4"):
+        constexprs = _force_w4(kernel, args, constexprs)
     sig, consts, attrs = {}, {}, {}
     for i, (p, a) in enumerate(zip(kernel.params, args)):
         if isinstance(a, torch.Tensor):

@@ -416,6 +416,77 @@ def test_gpu_gemm2_tiles_real_size(T, monkeypatch):
         assert torch.equal(decode_gemm2(h, w2, ids, tw, pdl=True, **q), got)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("case", ["qwen3-int8", "qwen3-fp8", "deepseek-tp8-fp8-block", "odd-int8"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_gpu_decode_w4_words(case, T, monkeypatch):
+    # 8-bit weights read as int32 words of four and converted by PTX (kernels/decode.py W4,
+    # the default where w4_mode allows) against element loads and Triton's casts (W4 off):
+    # both match the reference; they differ only in the fp32 order of each word's four
+    # products. Random int8 over the whole range, fp8 with subnormals and both signs
+    from fusedmoe.kernels.decode import gemm1_launch, gemm2_launch
+    E_, H_, I_, k, wd, quant = {"qwen3-int8": (128, 2048, 768, 8, torch.int8, "channel"),
+                                "qwen3-fp8": (128, 2048, 768, 8, torch.float8_e4m3fn, "channel"),
+                                "deepseek-tp8-fp8-block": (256, 7168, 256, 8, torch.float8_e4m3fn, "block"),
+                                "odd-int8": (6, 272, 48, 3, torch.int8, "channel")}[case]
+    monkeypatch.delenv("FUSEDMOE_DECODE_W4", raising=False)
+    g = torch.Generator().manual_seed(61)
+    if wd == torch.int8:
+        w13 = torch.randint(-128, 128, (E_, 2 * I_, H_), generator=g).to(torch.int8).to(DEV)
+        w2 = torch.randint(-128, 128, (E_, H_, I_), generator=g).to(torch.int8).to(DEV)
+    else:
+        w13 = (torch.randn(E_, 2 * I_, H_, generator=g) * 0.05).to(wd).to(DEV)
+        w2 = (torch.randn(E_, H_, I_, generator=g) * 0.05).to(wd).to(DEV)
+    if quant == "block":
+        block = (128, 128)
+        b1 = (torch.rand(E_, 2 * I_ // 128, H_ // 128, generator=g) + 0.5).to(DEV) / 64
+        b2 = (torch.rand(E_, H_ // 128, I_ // 128, generator=g) + 0.5).to(DEV) / 64
+    else:
+        block = None
+        b1 = (torch.rand(E_, 2 * I_, generator=g) + 0.5).to(DEV) / 64
+        b2 = (torch.rand(E_, H_, generator=g) + 0.5).to(DEV) / 64
+    q1 = dict(quant=quant, b_scale=b1, block_shape=block)
+    q2 = dict(quant=quant, b_scale=b2, block_shape=block)
+    x = _x(T, H_, torch.bfloat16)
+    tw, ids = _routing(T, E_, k, seed=T + 60)
+    h0 = torch.empty(T * k, I_, dtype=torch.bfloat16, device=DEV)
+    assert gemm1_launch(x, w13, ids, "silu", h0, **q1)[3]["W4"] == (1 if wd == torch.int8 else 2)
+    assert gemm2_launch(h0, w2, ids, tw, torch.empty(T, H_, dtype=torch.bfloat16, device=DEV), **q2)[3]["W4"] > 0
+    outs = {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("FUSEDMOE_DECODE_W4", on)
+        h = decode_gemm1(x, w13, ids, "silu", **q1)
+        out = decode_gemm2(h, w2, ids, tw, **q2)
+        outs[on] = (h, out)
+    ref1 = gemm1_act_ref(x, w13, ids, "silu", quant=quant, b_scale=b1, block=block)
+    for on, (h, out) in outs.items():
+        assert _rel(h, ref1) < TOL_BF16, on
+        ref2 = gemm2_ref(h.float(), w2, ids, tw, quant=quant, b_scale=b2, block=block)
+        assert _rel(out, ref2) < TOL_BF16, on
+    assert _rel(outs["1"][0], outs["0"][0]) < 1e-2
+    monkeypatch.setenv("FUSEDMOE_DECODE_W4", "0")
+    assert gemm1_launch(x, w13, ids, "silu", h0, **q1)[3]["W4"] == 0
+
+
+def test_w4_mode_rule():
+    # the word path never runs on CPU tensors (the interpreter: Triton's casts) nor with
+    # in-kernel quantization, int8 x int8 sums, or rows that are not 16-byte aligned
+    from fusedmoe.kernels.decode import w4_mode
+    flags = dict(INT_ACC=False, QA=0, A_SCALE=0, B_SCALE=1, GROUP_K=1)
+    w = torch.zeros(2, 8, 32, dtype=torch.int8)
+    assert w4_mode(w, flags, 32) == 0                        # CPU
+    if _CUDA:
+        wc = w.cuda()
+        assert w4_mode(wc, flags, 32) == 1
+        assert w4_mode(wc, dict(flags, INT_ACC=True), 32) == 0
+        assert w4_mode(wc, dict(flags, QA=1), 32) == 0
+        assert w4_mode(wc, flags, 32, want=False) == 0
+        assert w4_mode(torch.zeros(2, 8, 36, dtype=torch.int8, device="cuda"), flags, 32) == 0   # K % 16
+        assert w4_mode(wc[:, :, 4:20], flags, 16) == 0                                          # offset rows
+        assert w4_mode(wc.to(torch.bfloat16), flags, 32) == 0
+
+
 def _cached_config_of(spec) -> dict:
     c = spec[3]
     return dict(BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], num_warps=spec[4], PREFETCH=c["PREFETCH"])

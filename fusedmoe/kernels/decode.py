@@ -78,22 +78,35 @@ def _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K: tl.constexpr, A3: tl.constexp
 
 
 @triton.jit
-def _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr, SF: tl.constexpr = 0):
+def _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr, SF: tl.constexpr = 0, W4: tl.constexpr = 0):
     """w [R, BN, BK] of the weight rows at K offset k0, masked as ``_load_a``. SF (slots first):
     R gets the threads and warps K leaves before BN does, the layout triton 3.6 picks by itself
     (see ``gemm2_slots_first``). The hint claims 2-element runs along R: it only orders the
-    dimensions, as K (BK-element runs) stays the one that loads are vectorized along."""
-    kk = k0 + tl.arange(0, BLOCK_K)
-    ptrs = w_rows[:, :, None] + kk[None, None, :] * stride_wk
-    if SF:
-        ptrs = tl.max_contiguous(ptrs, [2, 1, BLOCK_K])
-    return tl.load(ptrs, mask=(kk[None, :] < k_lim[:, None])[:, None, :], other=0.0)
+    dimensions, as K (BK-element runs) stays the one that loads are vectorized along.
+    W4 (8-bit weights, unit K stride, K a multiple of 4): [R, BN, BK / 4] int32 words of four
+    weights each (``_w4_f32``)."""
+    if W4:
+        kw = k0 // 4 + tl.arange(0, BLOCK_K // 4)
+        rows = tl.multiple_of(w_rows.to(tl.pointer_type(tl.int32)), [16, 16])     # (w4_mode: 16-byte rows)
+        ptrs = rows[:, :, None] + kw[None, None, :]
+        if SF:
+            ptrs = tl.max_contiguous(ptrs, [2, 1, BLOCK_K // 4])
+        else:
+            ptrs = tl.max_contiguous(ptrs, [1, 1, BLOCK_K // 4])
+        return tl.load(ptrs, mask=(kw[None, :] < (k_lim // 4)[:, None])[:, None, :], other=0)
+    else:
+        kk = k0 + tl.arange(0, BLOCK_K)
+        ptrs = w_rows[:, :, None] + kk[None, None, :] * stride_wk
+        if SF:
+            ptrs = tl.max_contiguous(ptrs, [2, 1, BLOCK_K])
+        return tl.load(ptrs, mask=(kk[None, :] < k_lim[:, None])[:, None, :], other=0.0)
 
 
 @triton.jit
 def _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr, A3: tl.constexpr = 0,
-                SF: tl.constexpr = 0):
-    return _load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K, A3), _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K, SF)
+                SF: tl.constexpr = 0, W4: tl.constexpr = 0):
+    return (_load_a(a_rows, stride_ak, k0, k_lim, BLOCK_K, A3),
+            _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K, SF, W4))
 
 
 @triton.jit
@@ -108,6 +121,72 @@ def _e4m3_bits_to_f32(b):
     bits = tl.where(e == 0, sub, normal)
     bits = tl.where((b & 0x7F) == 0x7F, 0x7FC00000, bits)               # e4m3fn NaN
     return (bits | ((b & 0x80) << 24)).to(tl.float32, bitcast=True)
+
+
+# Four packed 8-bit weights (one int32 word, byte j = weight j) -> four fp32 (W4). int8: offset
+# the bytes by 128 (one XOR a word), put each in the low mantissa byte of 2**23 (one PRMT from
+# the word and 0x4B000000), then subtract 2**23 + 128 (``_w4_f32``): exact. fp8 e4m3: two
+# e4m3x2 -> f16x2 conversions and four f16 -> f32. Triton's own casts of an int8 / fp8 tile
+# unpack every byte into a register and repack pairs (2-4 PRMT / LOP3 a weight, and a
+# quarter-rate I2F for int8), which kept the a16 decode's CUDA cores busier than its loads.
+_I8X4_TO_F32_BITS = tl.constexpr("""{
+.reg .b32 t, c;
+xor.b32 t, $4, 0x80808080;
+mov.b32 c, 0x4B000000;
+prmt.b32 $0, t, c, 0x7440;
+prmt.b32 $1, t, c, 0x7441;
+prmt.b32 $2, t, c, 0x7442;
+prmt.b32 $3, t, c, 0x7443;
+}""")
+_E4M3X4_TO_F32 = tl.constexpr("""{
+.reg .b16 l, h, p0, p1, q0, q1;
+.reg .b32 p, q;
+mov.b32 {l, h}, $4;
+cvt.rn.f16x2.e4m3x2 p, l;
+cvt.rn.f16x2.e4m3x2 q, h;
+mov.b32 {p0, p1}, p;
+mov.b32 {q0, q1}, q;
+cvt.f32.f16 $0, p0;
+cvt.f32.f16 $1, p1;
+cvt.f32.f16 $2, q0;
+cvt.f32.f16 $3, q1;
+}""")
+
+
+@triton.jit
+def _w4_f32(words, W4: tl.constexpr):
+    """The four fp32 weights of each int32 word (W4 1: int8, 2: fp8 e4m3), K order."""
+    if W4 == 1:
+        b0, b1, b2, b3 = tl.inline_asm_elementwise(_I8X4_TO_F32_BITS, "=r,=r,=r,=r,r", [words],
+                                                   dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+                                                   is_pure=True, pack=1)
+        return (b0.to(tl.float32, bitcast=True) - 8388736.0, b1.to(tl.float32, bitcast=True) - 8388736.0,
+                b2.to(tl.float32, bitcast=True) - 8388736.0, b3.to(tl.float32, bitcast=True) - 8388736.0)
+    else:
+        return tl.inline_asm_elementwise(_E4M3X4_TO_F32, "=f,=f,=f,=f,r", [words],
+                                         dtype=(tl.float32, tl.float32, tl.float32, tl.float32),
+                                         is_pure=True, pack=1)
+
+
+@triton.jit
+def _w4_products(a, w, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A3: tl.constexpr,
+                 W4: tl.constexpr):
+    """[R, BN, BK / 4]: each word's four products w * a summed (w: ``_load_w``'s W4 words
+    [R, BN, BK / 4]; a: [R, BK] or, A3, [R, BN, BK])."""
+    f0, f1, f2, f3 = _w4_f32(w, W4)
+    if A3:
+        ev, od = tl.split(tl.reshape(a.to(tl.float32), (R, BLOCK_N, BLOCK_K // 4, 2, 2)))
+        a0, a2 = tl.split(ev)
+        a1, a3 = tl.split(od)
+    else:
+        ev, od = tl.split(tl.reshape(a.to(tl.float32), (R, BLOCK_K // 4, 2, 2)))
+        a0, a2 = tl.split(ev)
+        a1, a3 = tl.split(od)
+        a0 = a0[:, None, :]
+        a1 = a1[:, None, :]
+        a2 = a2[:, None, :]
+        a3 = a3[:, None, :]
+    return f0 * a0 + f1 * a1 + f2 * a2 + f3 * a3
 
 
 @triton.jit
@@ -138,8 +217,10 @@ def _row_scales(a_rows, stride_ak, K, k_lim, QMAX: tl.constexpr, R: tl.constexpr
 def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
                 QA: tl.constexpr, QTYPE: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr,
-                R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A3: tl.constexpr = 0):
-    """acc [R, BN] += sum_k a[r, k] * w[r, n, k] (A3: a is [R, BN, BK], ``_load_a``).
+                R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A3: tl.constexpr = 0,
+                W4: tl.constexpr = 0):
+    """acc [R, BN] += sum_k a[r, k] * w[r, n, k] (A3: a is [R, BN, BK], ``_load_a``; W4: w is
+    ``_load_w``'s words, QA 0, not INT_ACC).
 
     QA 1: a is 16-bit and is quantized here with the per-row scales ``sa_tok`` (applied
     later, in the epilogue); QA 2: a is quantized here per GROUP_K group (fp8, optionally
@@ -155,7 +236,10 @@ def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_b
         # NG scale groups of GG columns in this K tile (NG = 1: the tile lies in one group)
         NG: tl.constexpr = BLOCK_K // GROUP_K if BLOCK_K > GROUP_K else 1
         GG: tl.constexpr = BLOCK_K // NG
-        if A3:   # (QA 0)
+        if W4:   # (QA 0)
+            p = tl.sum(tl.reshape(_w4_products(a, w, R, BLOCK_N, BLOCK_K, A3, W4), (R, BLOCK_N, NG, GG // 4)),
+                       axis=3)                                                                  # [R, BN, NG]
+        elif A3:   # (QA 0)
             p = tl.sum(tl.reshape(w, (R, BLOCK_N, NG, GG)).to(tl.float32)
                        * tl.reshape(a.to(tl.float32), (R, BLOCK_N, NG, GG)), axis=3)            # [R, BN, NG]
         else:
@@ -173,6 +257,8 @@ def _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_b
         if B_SCALE == 3:
             p = p * tl.load(bs_rows[:, :, None] + g[None, None, :] * stride_bsk, mask=g_ok[None, None, :], other=0.0)
         acc += tl.sum(p, axis=2)
+    elif W4:
+        acc += tl.sum(_w4_products(a, w, R, BLOCK_N, BLOCK_K, A3, W4), axis=2)
     elif A3:
         acc += tl.sum(w.to(tl.float32) * a.to(tl.float32), axis=2)
     else:
@@ -192,7 +278,8 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
               A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_K: tl.constexpr, INT_ACC: tl.constexpr,
               QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
               BITWISE_FP8: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, A3: tl.constexpr = 0, SF: tl.constexpr = 0):
+              PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, A3: tl.constexpr = 0, SF: tl.constexpr = 0,
+              W4: tl.constexpr = 0):
     """([R, BN] fp32, [R] per-row scales): sum_k a[r, k] * w[r, n, k] for R activation rows,
     each against its own BN weight rows (a_rows [R], w_rows [R, BN] pointers; k_lim [R]: K,
     or 0 to read nothing). The scales are the in-kernel per-row quantization's (QA 1: a
@@ -218,23 +305,24 @@ def _rows_dot(a_rows, stride_ak, w_rows, stride_wk, K, k_lim, as_rows, stride_as
         acc = tl.zeros((R, BLOCK_N), dtype=tl.float32)
     if PREFETCH:
         if WAIT:
-            w_nx = _load_w(w_rows, stride_wk, 0, k_lim, BLOCK_K, SF)
+            w_nx = _load_w(w_rows, stride_wk, 0, k_lim, BLOCK_K, SF, W4)
             _wait(WAIT)
             a_nx = _load_a(a_rows, stride_ak, 0, k_lim, BLOCK_K, A3)
         else:
-            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, 0, k_lim, BLOCK_K, A3, SF)
+            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, 0, k_lim, BLOCK_K, A3, SF, W4)
         for k0 in range(0, K, BLOCK_K):
             a, w = a_nx, w_nx
-            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + BLOCK_K, k_lim, BLOCK_K, A3, SF)
+            a_nx, w_nx = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0 + BLOCK_K, k_lim, BLOCK_K, A3, SF,
+                                     W4)
             acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
                               A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K,
-                              A3)
+                              A3, W4)
     else:
         for k0 in range(0, K, BLOCK_K):
-            a, w = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K, A3, SF)
+            a, w = _load_tiles(a_rows, stride_ak, w_rows, stride_wk, k0, k_lim, BLOCK_K, A3, SF, W4)
             acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_rows, stride_bsk,
                               A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, R, BLOCK_N, BLOCK_K,
-                              A3)
+                              A3, W4)
     return acc.to(tl.float32), sa_tok
 
 
@@ -268,7 +356,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
                 A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
                 INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr,
                 POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0):
+                PREFETCH: tl.constexpr, WAIT: tl.constexpr = 0, W4: tl.constexpr = 0):
     """GEMM1 for pair s (int64), N tile pid_n; R = 2 weight row groups (gate, up) or 1. A
     dropped pair writes nothing (its h row is never read). WAIT 1: x is the previous
     kernel's output (``_rows_dot``)."""
@@ -287,7 +375,7 @@ def _gemm1_item(pid_n, s, x_ptr, w_ptr, h_ptr, bias_ptr, a_scale_ptr, b_scale_pt
         acc, sa_tok = _rows_dot(x_rows, stride_xk, w_ptr + e64[:, None] * stride_we + wrows * stride_wn, stride_wk,
                                 K, K + r * 0, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
                                 stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                                R, BLOCK_N, BLOCK_K, PREFETCH, WAIT)
+                                R, BLOCK_N, BLOCK_K, PREFETCH, WAIT, 0, 0, W4)
         acc = _epilogue(acc, sa_tok, as_rows, bs_e, bias_ptr + e64 * stride_bias_e, wrows, stride_bsn,
                         stride_bias_n, A_SCALE, B_SCALE, HAS_BIAS, QA)
         g = tl.sum(tl.where(r[:, None] == 0, acc, 0.0), axis=0)                    # [BN]
@@ -335,7 +423,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                 GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                 QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, WAIT: tl.constexpr, A3: tl.constexpr,
-                SF: tl.constexpr):
+                SF: tl.constexpr, W4: tl.constexpr = 0):
     """GEMM2 for token t (int64), N tile pid_n: all k slots at once as R = KP (k rounded up
     to a power of two) weight row groups, then a fixed-order sum over the slots. WAIT: the
     first weight tile is read before h is waited for (``_rows_dot``)."""
@@ -349,7 +437,7 @@ def _gemm2_item(pid_n, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_
                             stride_wk, K, K * keep.to(tl.int32), as_rows, stride_ask,
                             bs_e[:, None] + (wrows // GROUP_N) * stride_bsn, stride_bsk,
                             A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8,
-                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, A3, SF)
+                            KP, BLOCK_N, BLOCK_K, PREFETCH, WAIT, A3, SF, W4)
     _gemm2_out(acc, sa_tok, s, keep, e, as_rows, bs_e, bias_ptr, topk_w_ptr, out_ptr + t * stride_om, offs_n, n_ok,
                wrows, stride_bias_e, stride_bsn, stride_bias_n, stride_on, A_SCALE, B_SCALE, HAS_BIAS, QA, MUL_W)
 
@@ -363,7 +451,8 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
                  MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
                  GROUP_K: tl.constexpr, INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr,
                  QMAX: tl.constexpr, POW2: tl.constexpr, BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, NT: tl.constexpr, WAIT: tl.constexpr, A3: tl.constexpr, SF: tl.constexpr):
+                 BLOCK_K: tl.constexpr, NT: tl.constexpr, WAIT: tl.constexpr, A3: tl.constexpr, SF: tl.constexpr,
+                 W4: tl.constexpr = 0):
     """GEMM2 for token t, N tiles pid * NT ... pid * NT + NT - 1 (``_gemm2_item``'s math per
     tile, the same fixed-order sum over the slots). The tiles' K steps are one stream of
     weight loads: the next step's tile (of this N tile or the next) is in flight while a step
@@ -382,7 +471,7 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
     tiles = tl.minimum(NT, tl.cdiv(N_OUT - n_first, BLOCK_N))     # the last program may hold fewer
     offs = n_first + tl.arange(0, BLOCK_N)
     w_nx = _load_w(w_e + (no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]) * stride_wn, stride_wk, 0, k_lim,
-                   BLOCK_K, SF)
+                   BLOCK_K, SF, W4)
     _wait(WAIT)
     if QA == 1:
         sa_tok = _row_scales(h_rows, stride_hk, K, k_lim, QMAX, KP, BLOCK_K)
@@ -399,13 +488,13 @@ def _gemm2_tiles(pid, t, h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_p
         tile1 = (i + 1) // ks                         # the next step: this tile's, or the next tile's first
         offs1 = n_first + tile1 * BLOCK_N + tl.arange(0, BLOCK_N)
         w_nx = _load_w(w_e + (no_rows + tl.where(offs1 < N_OUT, offs1, 0)[None, :]) * stride_wn, stride_wk,
-                       (i + 1 - tile1 * ks) * BLOCK_K, k_lim * (tile1 < tiles).to(tl.int32), BLOCK_K, SF)
+                       (i + 1 - tile1 * ks) * BLOCK_K, k_lim * (tile1 < tiles).to(tl.int32), BLOCK_K, SF, W4)
         a = _load_a(h_rows, stride_hk, k0, k_lim, BLOCK_K, A3)
         offs = n_first + tile * BLOCK_N + tl.arange(0, BLOCK_N)
         wrows = no_rows + tl.where(offs < N_OUT, offs, 0)[None, :]
         acc = _accumulate(acc, a, w, sa_tok, k0, K, as_rows, stride_ask, bs_e[:, None] + (wrows // GROUP_N) * stride_bsn,
                           stride_bsk, A_SCALE, B_SCALE, GROUP_K, INT_ACC, QA, QTYPE, POW2, BITWISE_FP8, KP, BLOCK_N,
-                          BLOCK_K, A3)
+                          BLOCK_K, A3, W4)
         if k0 + BLOCK_K >= K:                          # the tile's last K step: its output
             _gemm2_out(acc.to(tl.float32), sa_tok, s, keep, e, as_rows, bs_e, bias_ptr, topk_w_ptr,
                        out_ptr + t * stride_om, offs, offs < N_OUT, wrows, stride_bias_e, stride_bsn, stride_bias_n,
@@ -425,7 +514,7 @@ def _decode_gemm1_kernel(
     A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
+    PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, W4: tl.constexpr = 0,
 ):
     """Grid (N tiles, pairs). PDL: let a programmatic dependent (GEMM2, or the
     requantization of h) launch as soon as every program of this grid runs. PDL_WAIT: this
@@ -438,7 +527,7 @@ def _decode_gemm1_kernel(
                 stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_hm, stride_hn,
                 stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                 limit, alpha, TOP_K, GATED, ACT, HAS_LIMIT, HAS_BIAS, HAS_MAP, A_SCALE, B_SCALE, GROUP_N, GROUP_K,
-                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0)
+                INT_ACC, QA, QTYPE, QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL_WAIT else 0, W4)
 
 
 @triton.jit(do_not_specialize=["num_global"])
@@ -452,6 +541,7 @@ def _decode_gemm2_kernel(
     INT_ACC: tl.constexpr, QA: tl.constexpr, QTYPE: tl.constexpr, QMAX: tl.constexpr, POW2: tl.constexpr,
     BITWISE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
     PDL: tl.constexpr = False, NT: tl.constexpr = 1, A3: tl.constexpr = 0, SLOTS_FIRST: tl.constexpr = 0,
+    W4: tl.constexpr = 0,
 ):
     """Grid (N tiles / NT, tokens). PDL: launched as a programmatic dependent of the kernel that
     wrote h; reads ids and the first weight tile, then waits for that kernel. NT > 1: NT
@@ -462,14 +552,14 @@ def _decode_gemm2_kernel(
                      stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                      stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                      TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE,
-                     QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, NT, 1 if PDL else 0, A3, SLOTS_FIRST)
+                     QMAX, POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, NT, 1 if PDL else 0, A3, SLOTS_FIRST, W4)
     else:  # (no early return: triton 3.6 rejects one followed by code of another shape)
         _gemm2_item(tl.program_id(0), tl.program_id(1).to(tl.int64), h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr,
                     b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, N_OUT, K, num_global, E,
                     stride_hm, stride_hk, stride_we, stride_wn, stride_wk, stride_om, stride_on,
                     stride_bias_e, stride_bias_n, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                     TOP_K, KP, HAS_BIAS, HAS_MAP, MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT_ACC, QA, QTYPE, QMAX,
-                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, A3, SLOTS_FIRST)
+                    POW2, BITWISE_FP8, BLOCK_N, BLOCK_K, PREFETCH, 1 if PDL else 0, A3, SLOTS_FIRST, W4)
 
 
 # ----------------------------------------------------------------------------------------
@@ -640,6 +730,37 @@ def _quant_flags(quant, a, b, a_scale, b_scale, block_shape, quantize_a, pow2):
         BITWISE_FP8=a.device.type != "cuda")
 
 
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple:
+    return torch.cuda.get_device_capability(index)
+
+
+def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None) -> int:
+    """How the decode GEMMs read 8-bit weights against 16-bit activations (``W4``): 1 (int8)
+    or 2 (fp8 e4m3) as int32 words of four weights converted by ``_w4_f32``, or 0 (element
+    loads and Triton's casts). Words need a CUDA GPU (fp8: sm89+ for the e4m3x2 conversion),
+    unit K stride, 16-byte aligned rows (K a multiple of 16), K tiles a multiple of 16 and scale
+    groups of 4, and
+    activations used as given (no in-kernel quantization, no int8 x int8 sums). ``want``
+    (a launch config's "W4") or FUSEDMOE_DECODE_W4 0 / 1 turns it off / on where it can run."""
+    if want is None:
+        want = env.decode_w4()
+    if want is False or qflags["INT_ACC"] or qflags["QA"] or w.device.type != "cuda" or torch.version.hip:
+        return 0
+    if w.dtype == torch.int8:
+        mode = 1
+    elif w.dtype == torch.float8_e4m3fn and _capability(w.device.index or 0) >= (8, 9):
+        mode = 2
+    else:
+        return 0
+    K = w.shape[-1]
+    aligned = (w.stride(-1) == 1 and K % 16 == 0 and block_k % 16 == 0 and w.data_ptr() % 16 == 0
+               and all(st % 16 == 0 for st in w.stride()[:-1]))
+    if qflags["A_SCALE"] == 3 or qflags["B_SCALE"] == 3:
+        aligned = aligned and qflags["GROUP_K"] % 4 == 0
+    return mode if aligned else 0
+
+
 def _map_args(topk_ids, expert_map, E):
     ids = topk_ids.reshape(-1)
     if not ids.is_contiguous():
@@ -669,6 +790,7 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
                   BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
+    consts["W4"] = w4_mode(w, qflags, config["BLOCK_K"], config.get("W4"))
     return config, (sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk), consts
 
 
@@ -784,6 +906,8 @@ def gemm2_launch(h, w2, topk_ids, topk_weights, out, *, expert_map=None, mul_rou
     a3 = config["BLOCK_N"] if (gemm2_a3(w2.element_size(), kp) if a3 is None else a3) and not consts["QA"] else 0
     sf = config.get("SLOTS_FIRST") if explicit else None
     sf = bool(gemm2_slots_first() if sf is None else sf)
+    if a3:
+        consts["W4"] = 0
     return (_decode_gemm2_kernel, (cdiv(cdiv(H, config["BLOCK_N"]), nt), T), (
         h, w2, out, bias if bias is not None else w2, sa, sb, topk_weights, ids, emap,
         H, K, *counts,
