@@ -451,8 +451,14 @@ def test_gpu_decode_w4_words(case, T, monkeypatch):
     x = _x(T, H_, torch.bfloat16)
     tw, ids = _routing(T, E_, k, seed=T + 60)
     h0 = torch.empty(T * k, I_, dtype=torch.bfloat16, device=DEV)
+    o0 = torch.empty(T, H_, dtype=torch.bfloat16, device=DEV)
+    # the default: words for one token with per-channel scales (where they were measured faster)
+    default = (1 if wd == torch.int8 else 2) if (T == 1 and quant == "channel") else 0
+    assert gemm1_launch(x, w13, ids, "silu", h0, **q1)[3]["W4"] == default
+    assert gemm2_launch(h0, w2, ids, tw, o0, **q2)[3]["W4"] == default
+    monkeypatch.setenv("FUSEDMOE_DECODE_W4", "1")                 # forced wherever it can run
     assert gemm1_launch(x, w13, ids, "silu", h0, **q1)[3]["W4"] == (1 if wd == torch.int8 else 2)
-    assert gemm2_launch(h0, w2, ids, tw, torch.empty(T, H_, dtype=torch.bfloat16, device=DEV), **q2)[3]["W4"] > 0
+    assert gemm2_launch(h0, w2, ids, tw, o0, **q2)[3]["W4"] > 0
     outs = {}
     for on in ("1", "0"):
         monkeypatch.setenv("FUSEDMOE_DECODE_W4", on)
@@ -469,16 +475,20 @@ def test_gpu_decode_w4_words(case, T, monkeypatch):
     assert gemm1_launch(x, w13, ids, "silu", h0, **q1)[3]["W4"] == 0
 
 
-def test_w4_mode_rule():
+def test_w4_mode_rule(monkeypatch):
     # the word path never runs on CPU tensors (the interpreter: Triton's casts) nor with
     # in-kernel quantization, int8 x int8 sums, or rows that are not 16-byte aligned
     from fusedmoe.kernels.decode import w4_mode
+    monkeypatch.delenv("FUSEDMOE_DECODE_W4", raising=False)
     flags = dict(INT_ACC=False, QA=0, A_SCALE=0, B_SCALE=1, GROUP_K=1)
     w = torch.zeros(2, 8, 32, dtype=torch.int8)
     assert w4_mode(w, flags, 32) == 0                        # CPU
     if _CUDA:
         wc = w.cuda()
         assert w4_mode(wc, flags, 32) == 1
+        assert w4_mode(wc, flags, 32, tokens=2) == 0                              # default: one token
+        assert w4_mode(wc, dict(flags, B_SCALE=3, GROUP_K=16), 32) == 0          # ... per-channel scales
+        assert w4_mode(wc, dict(flags, B_SCALE=3, GROUP_K=16), 32, want=True, tokens=2) == 1
         assert w4_mode(wc, dict(flags, INT_ACC=True), 32) == 0
         assert w4_mode(wc, dict(flags, QA=1), 32) == 0
         assert w4_mode(wc, flags, 32, want=False) == 0

@@ -735,17 +735,24 @@ def _capability(index: int) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
-def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None) -> int:
+def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int = 1) -> int:
     """How the decode GEMMs read 8-bit weights against 16-bit activations (``W4``): 1 (int8)
     or 2 (fp8 e4m3) as int32 words of four weights converted by ``_w4_f32``, or 0 (element
-    loads and Triton's casts). Words need a CUDA GPU (fp8: sm89+ for the e4m3x2 conversion),
+    loads and Triton's casts). By default words for one token and per-channel (or no)
+    weight scales, where they were measured faster (H100, ``fusedmoe bench``, graph us, two
+    alternating rounds, docs/BENCHMARKS.md thirty-second section): qwen3 fp8_channel T=1
+    19.0-19.1 -> 18.5-18.6, int8_channel 21.7-21.9 -> 20.8-21.0; slower at qwen3 fp8 T=2
+    (33.8-33.9 -> 35.4-35.5: the activation tile's split into four costs more with two rows)
+    and deepseek-v3 tp8 fp8_block T=1 (25.0 -> 25.5-25.6). Words need a CUDA GPU (fp8: sm89+ for the e4m3x2 conversion),
     unit K stride, 16-byte aligned rows (K a multiple of 16), K tiles a multiple of 16 and scale
     groups of 4, and
     activations used as given (no in-kernel quantization, no int8 x int8 sums). ``want``
     (a launch config's "W4") or FUSEDMOE_DECODE_W4 0 / 1 turns it off / on where it can run."""
     if want is None:
         want = env.decode_w4()
-    if want is False or qflags["INT_ACC"] or qflags["QA"] or w.device.type != "cuda" or torch.version.hip:
+    if want is None:
+        want = tokens == 1 and qflags["B_SCALE"] != 3 and qflags["A_SCALE"] != 3
+    if not want or qflags["INT_ACC"] or qflags["QA"] or w.device.type != "cuda" or torch.version.hip:
         return 0
     if w.dtype == torch.int8:
         mode = 1
@@ -772,6 +779,7 @@ def _map_args(topk_ids, expert_map, E):
 
 def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape,
            quantize_a, scale_pow2, config, gemm2=False):
+    tokens = topk_ids.shape[0]
     """What both wrappers compute before a launch: (config, the pointer / count / stride
     arguments from the ids to the scale strides, the shared constexprs)."""
     if config is None:
@@ -790,7 +798,7 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
                   BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
-    consts["W4"] = w4_mode(w, qflags, config["BLOCK_K"], config.get("W4"))
+    consts["W4"] = w4_mode(w, qflags, config["BLOCK_K"], config.get("W4"), tokens)
     return config, (sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk), consts
 
 
