@@ -260,12 +260,14 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     from fusedmoe.config import QuantScheme
     from fusedmoe.platform import Platform
     from fusedmoe.presets import get_preset
-    for key in ("FUSEDMOE_W8A8_DECODE", "FUSEDMOE_DECODE_SHARE", "FUSEDMOE_DECODE_PAIRS"):
+    for key in ("FUSEDMOE_W8A8_DECODE", "FUSEDMOE_DECODE_SHARE", "FUSEDMOE_DECODE_PAIRS", "FUSEDMOE_DECODE_W4"):
         monkeypatch.delenv(key, raising=False)
     qwen = get_preset("qwen3-30b-a3b").to_config()
     h100 = _variants(qwen, QuantScheme.parse("fp8_channel"), Platform.resolve("h100"))
     assert [k for k in h100 if k.startswith("T=")][:6] == ["T=1", "T=2", "T=3", "T=4", "T=8", "T=16"]
     assert "16-bit activations" in h100["T=4"] and "tensor cores" not in h100["T=4"]
+    # one token reads the 8-bit weights as words (kernels/decode.py w4_mode); two tokens do not
+    assert "int32 words" in h100["T=1"] and "int32 words" not in h100["T=2"]
     assert "tensor cores" in h100["T=8"] and "read once for all its pairs" in h100["T=8"]
     h200 = _variants(qwen, QuantScheme.parse("fp8_channel"), Platform.resolve("h200"))
     assert "16-bit activations" in h200["T=2"] and "tensor cores" in h200["T=3"]
@@ -273,6 +275,7 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     ds = _variants(get_preset("deepseek-v3").to_config(tp=8), QuantScheme.parse("fp8_block"),
                    Platform.resolve("h100"))
     assert "16-bit activations" in ds["T=2"] and "tensor cores" in ds["T=3"]
+    assert "int32 words" not in ds["T=1"]                          # block scales: element loads
     assert not any("read once" in v for k, v in ds.items() if k.startswith("T="))
     assert "T=2" not in _variants(qwen, QuantScheme.parse("none"), Platform.resolve("h100"))
 

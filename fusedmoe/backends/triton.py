@@ -740,6 +740,17 @@ def _tc_share(pairs: int, top_k: int, num_experts: int, intermediate: int) -> bo
     return tc_share(pairs, top_k, num_experts, intermediate)
 
 
+def _w4_explained(config, quant, platform, T) -> bool:
+    """Whether the a16 decode at T reads its 8-bit weights as words (kernels/decode.py
+    ``w4_mode``'s rule, from the config instead of tensors)."""
+    want = env.decode_w4()
+    if want is None:
+        want = T == 1 and quant.method != QuantMethod.FP8_BLOCK and quant.group_size is None
+    fp8 = quant.method != QuantMethod.INT8_CHANNEL and quant.method != QuantMethod.INT8_W8A16
+    return bool(want and platform.kind == "cuda" and (not fp8 or platform.sm >= 89)
+                and config.hidden_size % 16 == 0 and config.intermediate_size % 16 == 0)
+
+
 def _variants(config, quant, platform):
     try:
         lc = launch_configs(config, quant, platform)
@@ -769,6 +780,8 @@ def _variants(config, quant, platform):
                              + ("" if tc else _decode_tiles(config, quant, platform, T))
                              + (f"; 8-bit weights, 16-bit activations (FUSEDMOE_W8A8_DECODE={mode}: "
                                 "no activation quantization at this T)" if a16 else "")
+                             + ("; the weights read as int32 words of four, converted by PTX (FUSEDMOE_DECODE_W4)"
+                                if a16 and _w4_explained(config, quant, platform, T) else "")
                              + (f"; 8-bit x 8-bit GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE={mode}, "
                                 "kernels/decode_tc.py)" if tc else "")
 
