@@ -30,7 +30,8 @@ A_SCALE 0 none | 1 tensor [1] | 2 per row [M, 1] | 3 block [M, K/bk]; B_SCALE 0 
 1 per expert [E] | 2 per channel [E, N] | 3 block [E, N/bn, K/bk]. Block scales are
 applied per scale group inside each K tile (BLOCK_K a divisor or a multiple of bk), the
 others once at the end. int8 x int8 sums in int32 (exact), 8-bit weights with a 16-bit
-activation are upcast (weight-only).
+activation are upcast (weight-only): on a GPU, by default for one token with per-channel
+scales, loaded as int32 words of four and converted by inline PTX (``W4``, ``w4_mode``).
 Config: dict(BLOCK_N, BLOCK_K, num_warps, PREFETCH[, TILES: GEMM2's N tiles a program]);
 ``decode_config`` picks one from the shape (and ``gemm2_tiles`` GEMM2's TILES). Measured on
 the H100 (benchmarks/decode_ab.py): docs/BENCHMARKS.md. GEMM2 may be a programmatic dependent
@@ -83,8 +84,8 @@ def _load_w(w_rows, stride_wk, k0, k_lim, BLOCK_K: tl.constexpr, SF: tl.constexp
     R gets the threads and warps K leaves before BN does, the layout triton 3.6 picks by itself
     (see ``gemm2_slots_first``). The hint claims 2-element runs along R: it only orders the
     dimensions, as K (BK-element runs) stays the one that loads are vectorized along.
-    W4 (8-bit weights, unit K stride, K a multiple of 4): [R, BN, BK / 4] int32 words of four
-    weights each (``_w4_f32``)."""
+    W4 (8-bit weights, unit K stride, 16-byte aligned rows: ``w4_mode``): [R, BN, BK / 4] int32
+    words of four weights each (``_w4_f32``)."""
     if W4:
         kw = k0 // 4 + tl.arange(0, BLOCK_K // 4)
         rows = tl.multiple_of(w_rows.to(tl.pointer_type(tl.int32)), [16, 16])     # (w4_mode: 16-byte rows)
@@ -736,7 +737,8 @@ def _capability(index: int) -> tuple:
 
 
 def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int = 1) -> int:
-    """How the decode GEMMs read 8-bit weights against 16-bit activations (``W4``): 1 (int8)
+    """How the decode GEMMs read 8-bit weights against activations used as given (16-bit, or
+    8-bit in the a8 mode; ``W4``): 1 (int8)
     or 2 (fp8 e4m3) as int32 words of four weights converted by ``_w4_f32``, or 0 (element
     loads and Triton's casts). By default words for one token and per-channel (or no)
     weight scales, where they were measured faster (H100, ``fusedmoe bench``, graph us, two
