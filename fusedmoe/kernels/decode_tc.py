@@ -524,7 +524,7 @@ TC_GEMM2_PROGRAMS_LONG_K = 2.5     # GEMM2 slot groups double while programs < t
 # (K = 4096, 48 tiles a pair) 109.41 -> 110.88, 160.01 -> 160.36, 204.92 -> 205.74 us; gpt-oss-120b
 # int8 (K = 2880, 90 tiles a pair) 82.83 -> 84.71, 115.37 -> 117.24, 151.21 -> 152.04; Mixtral
 # fp8 even. Hence the bound: deepseek tp8 runs 128-256 GEMM1 programs, the losers 768 and more.
-TC_GEMM1_STAGES_LONG_K = 6         # GEMM1 stages where K > 2048, not SHARE, programs < the bound (old: 4)
+TC_GEMM1_STAGES_LONG_K = 6         # GEMM1 stages where K > 2048, not SHARE, programs <= the bound (old: 4)
 TC_GEMM1_LONG_K_PROGRAMS = 2       # ... the bound: this x SMs programs (tiles x splits)
 TC_GEMM2_STAGES_SHORT_K = 2        # GEMM2 stages where K < 512, not SHARE (old: 4)
 TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this x SMs, K > 2048
