@@ -487,6 +487,8 @@ def test_w4_mode_rule(monkeypatch):
         wc = w.cuda()
         assert w4_mode(wc, flags, 32) == 1
         assert w4_mode(wc, flags, 32, tokens=2) == 0                              # default: one token
+        assert w4_mode(wc, flags, 32, a16=False) == 0                            # ... 16-bit activations
+        assert w4_mode(wc, flags, 32, want=True, a16=False) == 1
         assert w4_mode(wc, dict(flags, B_SCALE=3, GROUP_K=16), 32) == 0          # ... per-channel scales
         assert w4_mode(wc, dict(flags, B_SCALE=3, GROUP_K=16), 32, want=True, tokens=2) == 1
         assert w4_mode(wc, dict(flags, INT_ACC=True), 32) == 0

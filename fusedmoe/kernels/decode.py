@@ -736,12 +736,12 @@ def _capability(index: int) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
-def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int = 1) -> int:
+def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int = 1, a16: bool = True) -> int:
     """How the decode GEMMs read 8-bit weights against activations used as given (16-bit, or
     8-bit in the a8 mode; ``W4``): 1 (int8)
     or 2 (fp8 e4m3) as int32 words of four weights converted by ``_w4_f32``, or 0 (element
-    loads and Triton's casts). By default words for one token and per-channel (or no)
-    weight scales, where they were measured faster (H100, ``fusedmoe bench``, graph us, two
+    loads and Triton's casts). By default words for one token, 16-bit activations (``a16``)
+    and per-channel (or no) weight scales, where they were measured faster (H100, ``fusedmoe bench``, graph us, two
     alternating rounds, docs/BENCHMARKS.md thirty-second section): qwen3 fp8_channel T=1
     19.0-19.1 -> 18.5-18.6, int8_channel 21.7-21.9 -> 20.8-21.0; slower at qwen3 fp8 T=2
     (33.8-33.9 -> 35.4-35.5: the activation tile's split into four costs more with two rows)
@@ -753,7 +753,7 @@ def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int 
     if want is None:
         want = env.decode_w4()
     if want is None:
-        want = tokens == 1 and qflags["B_SCALE"] != 3 and qflags["A_SCALE"] != 3
+        want = a16 and tokens == 1 and qflags["B_SCALE"] != 3 and qflags["A_SCALE"] != 3
     if not want or qflags["INT_ACC"] or qflags["QA"] or w.device.type != "cuda" or torch.version.hip:
         return 0
     if w.dtype == torch.int8:
@@ -800,7 +800,7 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
                   BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
-    consts["W4"] = w4_mode(w, qflags, config["BLOCK_K"], config.get("W4"), tokens)
+    consts["W4"] = w4_mode(w, qflags, config["BLOCK_K"], config.get("W4"), tokens, a.element_size() >= 2)
     return config, (sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk), consts
 
 
