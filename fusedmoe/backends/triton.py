@@ -742,13 +742,12 @@ def _tc_share(pairs: int, top_k: int, num_experts: int, intermediate: int) -> bo
 
 def _w4_explained(config, quant, platform, T) -> bool:
     """Whether the a16 decode at T reads its 8-bit weights as words (kernels/decode.py
-    ``w4_mode``'s rule, from the config instead of tensors)."""
-    want = env.decode_w4()
-    if want is None:
-        want = T == 1 and quant.method != QuantMethod.FP8_BLOCK and quant.group_size is None
-    fp8 = quant.method != QuantMethod.INT8_CHANNEL and quant.method != QuantMethod.INT8_W8A16
-    return bool(want and platform.kind == "cuda" and (not fp8 or platform.sm >= 89)
-                and config.hidden_size % 16 == 0 and config.intermediate_size % 16 == 0)
+    ``w4_wanted`` and ``w4_mode``'s conditions, from the config instead of tensors)."""
+    from ..kernels.decode import w4_wanted
+    block = quant.method == QuantMethod.FP8_BLOCK or quant.group_size is not None
+    fp8 = quant.method not in (QuantMethod.INT8_CHANNEL, QuantMethod.INT8_W8A16)
+    return (w4_wanted(T, block) and platform.kind == "cuda" and (not fp8 or platform.sm >= 89)
+            and config.hidden_size % 16 == 0 and config.intermediate_size % 16 == 0)
 
 
 def _variants(config, quant, platform):

@@ -736,25 +736,31 @@ def _capability(index: int) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
-def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int = 1, a16: bool = True) -> int:
-    """How the decode GEMMs read 8-bit weights against activations used as given (16-bit, or
-    8-bit in the a8 mode; ``W4``): 1 (int8)
-    or 2 (fp8 e4m3) as int32 words of four weights converted by ``_w4_f32``, or 0 (element
-    loads and Triton's casts). By default words for one token, 16-bit activations (``a16``)
-    and per-channel (or no) weight scales, where they were measured faster (H100, ``fusedmoe bench``, graph us, two
-    alternating rounds, docs/BENCHMARKS.md thirty-second section): qwen3 fp8_channel T=1
-    19.0-19.1 -> 18.5-18.6, int8_channel 21.7-21.9 -> 20.8-21.0; slower at qwen3 fp8 T=2
-    (33.8-33.9 -> 35.4-35.5: the activation tile's split into four costs more with two rows)
-    and deepseek-v3 tp8 fp8_block T=1 (25.0 -> 25.5-25.6). Words need a CUDA GPU (fp8: sm89+ for the e4m3x2 conversion),
-    unit K stride, 16-byte aligned rows (K a multiple of 16), K tiles a multiple of 16 and scale
-    groups of 4, and
-    activations used as given (no in-kernel quantization, no int8 x int8 sums). ``want``
-    (a launch config's "W4") or FUSEDMOE_DECODE_W4 0 / 1 turns it off / on where it can run."""
+def w4_wanted(tokens: int, block_scales: bool, a16: bool = True, want=None) -> bool:
+    """Whether the decode GEMMs should read 8-bit weights as words (``w4_mode`` decides whether
+    they can): ``want`` (a launch config's "W4"), else FUSEDMOE_DECODE_W4 0 / 1, else the
+    measured default: one token, 16-bit activations, per-channel (or no) weight scales. H100,
+    ``fusedmoe bench``, graph us, two alternating rounds (docs/BENCHMARKS.md thirty-second
+    section): qwen3 fp8_channel T=1 19.0-19.1 -> 18.5-18.6, int8_channel 21.7-21.9 ->
+    20.8-21.0; slower at qwen3 fp8 T=2 (33.8-33.9 -> 35.4-35.5: the activation tile's split
+    into four costs more with two rows) and deepseek-v3 tp8 fp8_block T=1 (25.0 -> 25.5-25.6)."""
     if want is None:
         want = env.decode_w4()
     if want is None:
-        want = a16 and tokens == 1 and qflags["B_SCALE"] != 3 and qflags["A_SCALE"] != 3
-    if not want or qflags["INT_ACC"] or qflags["QA"] or w.device.type != "cuda" or torch.version.hip:
+        want = a16 and tokens == 1 and not block_scales
+    return bool(want)
+
+
+def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int = 1, a16: bool = True) -> int:
+    """How the decode GEMMs read 8-bit weights against activations used as given (``W4``):
+    1 (int8) or 2 (fp8 e4m3) as int32 words of four weights converted by ``_w4_f32``, or 0
+    (element loads and Triton's casts), where ``w4_wanted`` asks for words and they can run:
+    a CUDA GPU (fp8: sm89+ for the e4m3x2 conversion), unit K stride, 16-byte aligned rows
+    (K a multiple of 16), K tiles a multiple of 16 and scale groups of 4, activations used as
+    given (no in-kernel quantization, no int8 x int8 sums)."""
+    block = qflags["B_SCALE"] == 3 or qflags["A_SCALE"] == 3
+    if (not w4_wanted(tokens, block, a16, want) or qflags["INT_ACC"] or qflags["QA"]
+            or w.device.type != "cuda" or torch.version.hip):
         return 0
     if w.dtype == torch.int8:
         mode = 1
@@ -765,7 +771,7 @@ def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int 
     K = w.shape[-1]
     aligned = (w.stride(-1) == 1 and K % 16 == 0 and block_k % 16 == 0 and w.data_ptr() % 16 == 0
                and all(st % 16 == 0 for st in w.stride()[:-1]))
-    if qflags["A_SCALE"] == 3 or qflags["B_SCALE"] == 3:
+    if block:
         aligned = aligned and qflags["GROUP_K"] % 4 == 0
     return mode if aligned else 0
 
