@@ -272,6 +272,9 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     h200 = _variants(qwen, QuantScheme.parse("fp8_channel"), Platform.resolve("h200"))
     assert "16-bit activations" in h200["T=2"] and "tensor cores" in h200["T=3"]
     assert "read once" not in h200["T=4"]                          # 32 pairs < E / 2
+    assert "int32 words" not in h200["T=1"]                        # fp8 words: slower on the H200
+    h200i = _variants(qwen, QuantScheme.parse("int8_channel"), Platform.resolve("h200"))
+    assert "int32 words" in h200i["T=1"] and "int32 words" not in h200i["T=2"]
     ds = _variants(get_preset("deepseek-v3").to_config(tp=8), QuantScheme.parse("fp8_block"),
                    Platform.resolve("h100"))
     assert "16-bit activations" in ds["T=2"] and "tensor cores" in ds["T=3"]

@@ -746,7 +746,8 @@ def _w4_explained(config, quant, platform, T) -> bool:
     from ..kernels.decode import w4_wanted
     block = quant.method == QuantMethod.FP8_BLOCK or quant.group_size is not None
     fp8 = quant.method not in (QuantMethod.INT8_CHANNEL, QuantMethod.INT8_W8A16)
-    return (w4_wanted(T, block) and platform.kind == "cuda" and (not fp8 or platform.sm >= 89)
+    return (w4_wanted(T, block, fp8=fp8, h200="H200" in platform.name) and platform.kind == "cuda"
+            and (not fp8 or platform.sm >= 89)
             and config.hidden_size % 16 == 0 and config.intermediate_size % 16 == 0)
 
 

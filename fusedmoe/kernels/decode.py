@@ -736,18 +736,27 @@ def _capability(index: int) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
-def w4_wanted(tokens: int, block_scales: bool, a16: bool = True, want=None) -> bool:
+@functools.lru_cache(maxsize=None)
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def w4_wanted(tokens: int, block_scales: bool, a16: bool = True, want=None, fp8: bool = False,
+              h200: bool = False) -> bool:
     """Whether the decode GEMMs should read 8-bit weights as words (``w4_mode`` decides whether
     they can): ``want`` (a launch config's "W4"), else FUSEDMOE_DECODE_W4 0 / 1, else the
-    measured default: one token, 16-bit activations, per-channel (or no) weight scales. H100,
-    ``fusedmoe bench``, graph us, two alternating rounds (docs/BENCHMARKS.md thirty-second
-    section): qwen3 fp8_channel T=1 19.0-19.1 -> 18.5-18.6, int8_channel 21.7-21.9 ->
-    20.8-21.0; slower at qwen3 fp8 T=2 (33.8-33.9 -> 35.4-35.5: the activation tile's split
-    into four costs more with two rows) and deepseek-v3 tp8 fp8_block T=1 (25.0 -> 25.5-25.6)."""
+    measured default: one token, 16-bit activations, per-channel (or no) weight scales, and
+    not fp8 on an H200. ``fusedmoe bench``, graph us, two alternating rounds, W4 off -> on:
+      * H100 (docs/BENCHMARKS.md thirty-second section): qwen3 fp8_channel T=1 19.0-19.1 ->
+        18.5-18.6, int8_channel 21.7-21.9 -> 20.8-21.0; slower at qwen3 fp8 T=2 (33.8-33.9 ->
+        35.4-35.5: the activation tile's split into four costs more with two rows) and
+        deepseek-v3 tp8 fp8_block T=1 (25.0 -> 25.5-25.6);
+      * H200 (thirty-third section): qwen3 int8_channel T=1 19.2, 19.2 -> 18.3, 18.4; fp8_channel
+        16.9, 17.0 -> 17.2, 17.2 (slower: hence not fp8 there)."""
     if want is None:
         want = env.decode_w4()
     if want is None:
-        want = a16 and tokens == 1 and not block_scales
+        want = a16 and tokens == 1 and not block_scales and not (fp8 and h200)
     return bool(want)
 
 
@@ -759,8 +768,10 @@ def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int 
     (K a multiple of 16), K tiles a multiple of 16 and scale groups of 4, activations used as
     given (no in-kernel quantization, no int8 x int8 sums)."""
     block = qflags["B_SCALE"] == 3 or qflags["A_SCALE"] == 3
-    if (not w4_wanted(tokens, block, a16, want) or qflags["INT_ACC"] or qflags["QA"]
-            or w.device.type != "cuda" or torch.version.hip):
+    if w.device.type != "cuda" or torch.version.hip or qflags["INT_ACC"] or qflags["QA"]:
+        return 0
+    fp8 = w.dtype == torch.float8_e4m3fn
+    if not w4_wanted(tokens, block, a16, want, fp8, "H200" in _device_name(w.device.index or 0)):
         return 0
     if w.dtype == torch.int8:
         mode = 1
