@@ -6,7 +6,7 @@ What is measured, per (shape, scheme, T, implementation):
 - correctness first: the output on fresh random inputs vs ``reference_moe`` (relative
   Frobenius error, ``fusedmoe.tolerances``); a wrong implementation is reported, not timed;
 - the median time of one call as CUDA-graph replay (the graph holds one call per input set,
-  rotating through them) and eagerly (events around each call);
+  rotating through them; timed after ``WARM_MS`` of replays) and eagerly (events around each call);
 - TFLOP/s (6*T*k*H*I for gated activations, 4*T*k*H*I otherwise), GB/s (the weights of the
   experts actually hit, scales included, + x + out), and the percentage of the roofline
   max(FLOPs / peak, bytes / bandwidth) reached, with peak and bandwidth MEASURED on this
@@ -148,6 +148,29 @@ def l2_bytes(device=None) -> int:
 
 def _median(xs):
     return statistics.median(xs) if xs else None
+
+
+# Graph timings start after this much wall time of replays. On an H100 a layer reading weights
+# allocated moments before ran 60 instead of 53 us a call (deepseek-v3 tp8 fp8_block T=3) for its
+# first ~22 ms of replays, then switched for good; a new graph or new inputs over the same weights
+# did not bring it back, and idle seconds did not either (docs/BENCHMARKS.md thirty-third section,
+# benchmarks/graph_timeline.py --fresh-study). Without this the first T of each shape could be
+# timed inside that window.
+WARM_MS = 50.0
+
+
+def _warm_up(fn, ms: float = WARM_MS) -> int:
+    """Call ``fn`` (a graph replay) until ``ms`` of wall time has passed on the device, in
+    doubling batches between synchronizations; returns the number of calls."""
+    torch.cuda.synchronize()
+    t0, n, batch = time.perf_counter(), 0, 1
+    while (time.perf_counter() - t0) * 1e3 < ms:
+        for _ in range(batch):
+            fn()
+        n += batch
+        batch = min(2 * batch, 64)
+        torch.cuda.synchronize()
+    return n
 
 
 def _time_cuda(fn, reps: int, warmup: int = 3) -> float:
@@ -348,6 +371,7 @@ def time_graph(calls, reps: int = 30) -> float:
     with torch.cuda.graph(g):
         for c in calls:
             c()
+    _warm_up(g.replay)
     return _time_cuda(g.replay, reps, warmup=2) * 1e3 / len(calls)
 
 
@@ -395,6 +419,7 @@ def time_impl(fn: Callable, sets, *, graph: bool = True, eager: bool = True, ids
             torch.cuda.synchronize()
             est_replay = (time.perf_counter() - t0) * 1e3
             r = reps or _reps_for(est_replay, budget_ms, min_reps, max_reps)
+            _warm_up(g.replay)
             us_graph = _time_cuda(g.replay, r, warmup=1) * 1e3 / n
             del g
         except Exception as e:  # not capturable (host syncs, allocations the graph cannot hold...)

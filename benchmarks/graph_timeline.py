@@ -1,0 +1,148 @@
+"""Is one MoE call slower back to back than alone? The graph of ``fusedmoe bench`` holds one call
+per input set, back to back; this times the same calls four ways and traces the kernels:
+
+    python benchmarks/graph_timeline.py [--case deepseek-v3:8:fp8_block] [--tokens 3] [--mode tc]
+
+  * bench:     one graph of all the bench's input sets, replayed; us per call (what bench reports);
+  * alone:     one graph per set, each replay between synchronizations (the GPU idle before it);
+  * replays:   the one-set graphs replayed back to back without synchronization (graph launches
+               between the calls: no programmatic dependent launch across them);
+  * timeline:  torch.profiler's kernel records of one replay of the bench graph: each kernel's
+               start and end relative to the first, so the overlap between calls shows.
+A diagnostic, not a measurement of record (``fusedmoe bench`` is).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _events(fn, reps, sync_each):
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    stream = torch.cuda.current_stream()
+    for s, e in ev:
+        if sync_each:
+            torch.cuda.synchronize()
+        s.record(stream)
+        fn()
+        e.record(stream)
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in ev) * 1e3
+
+
+def _graph(calls):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def run(case: str, T: int, reps: int = 200, warm_study: bool = False):
+    from fusedmoe.bench import harness as hz
+    from fusedmoe.layer import prepare_experts
+    from fusedmoe.presets import get_preset
+    name, tp, scheme = case.split(":")
+    cfg = get_preset(name).to_config(tp=int(tp))
+    w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+    pe = prepare_experts(cfg, w, "triton")
+    sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=hz.total_weight_bytes(w)).sets
+    calls = [lambda a=s.args(False): pe(*a) for s in sets]
+    n = len(calls)
+    g_all = _graph(calls)
+    g_one = [_graph([c]) for c in calls]
+    out = {"sets": n, "experts_hit": [s.experts_hit for s in sets]}
+    for r in range(2):
+        out[f"bench{r}"] = _events(g_all.replay, reps, False) / n
+        out[f"alone{r}"] = statistics.mean(_events(g.replay, reps // 2, True) for g in g_one)
+        out[f"replays{r}"] = _events(lambda: [g.replay() for g in g_one], reps, False) / n
+    print(f"== {case} T={T} sets={n}: " + "  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                                                  for k, v in out.items()), flush=True)
+    if warm_study:
+        import time
+        for idle, warm_ms in ((1, 0), (1, 30), (5, 0), (5, 50), (10, 0), (10, 100)):
+            label = f"after {idle} s idle, {warm_ms} ms warm-up"
+            time.sleep(idle)
+            t0 = time.perf_counter()
+            while warm_ms and (time.perf_counter() - t0) * 1e3 < warm_ms:
+                g_all.replay()
+                torch.cuda.synchronize()
+            chunks = [_events(g_all.replay, 10, False) / n for _ in range(20)]
+            print(f"   {label}: consecutive 10-replay medians " + " ".join(f"{c:.1f}" for c in chunks), flush=True)
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        g_all.replay()
+        torch.cuda.synchronize()
+    ks = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                key=lambda e: e.time_range.start)
+    if ks:
+        t0 = ks[0].time_range.start
+        for e in ks:
+            print(f"  {e.time_range.start - t0:8.2f} {e.time_range.end - t0:8.2f} {e.time_range.elapsed_us():7.2f}  "
+                  f"{e.name[:70]}")
+    return out
+
+
+def fresh_study(case: str, T: int):
+    """Which fresh object starts a slow state: new weights, new input sets, or a new graph?
+    Consecutive 5-replay medians (us per call) from the first replay after each."""
+    import time
+    from fusedmoe.bench import harness as hz
+    from fusedmoe.layer import prepare_experts
+    from fusedmoe.presets import get_preset
+    name, tp, scheme = case.split(":")
+    cfg = get_preset(name).to_config(tp=int(tp))
+
+    def series(label, g, n, chunks=48):
+        t0 = time.perf_counter()
+        c = [_events(g.replay, 5, False) / n for _ in range(chunks)]
+        print(f"   {label} ({(time.perf_counter() - t0) * 1e3:.0f} ms): " + " ".join(f"{v:.0f}" for v in c), flush=True)
+
+    w = pe = sets = None
+    for step in ("new weights", "new graph", "new input sets", "new graph", "new weights"):
+        if step == "new weights":
+            w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+            pe = prepare_experts(cfg, w, "triton")
+        if sets is None or step == "new input sets":
+            sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=hz.total_weight_bytes(w)).sets
+        g = _graph([lambda a=s.args(False): pe(*a) for s in sets])
+        series(f"{case} T={T} {step}", g, len(sets))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--case", default="deepseek-v3:8:fp8_block")
+    ap.add_argument("--tokens", default="3")
+    ap.add_argument("--warm-study", action="store_true", help="consecutive chunks after an idle second")
+    ap.add_argument("--fresh-study", action="store_true", help="which fresh object starts a slow state")
+    ap.add_argument("--mode", default=None, help="FUSEDMOE_W8A8_DECODE for the run (a16 / tc / auto)")
+    a = ap.parse_args(argv)
+    if a.mode:
+        os.environ["FUSEDMOE_W8A8_DECODE"] = a.mode
+    if a.fresh_study:
+        for case in a.case.split(","):
+            for T in a.tokens.split(","):
+                fresh_study(case, int(T))
+        return 0
+    for case in a.case.split(","):
+        for T in a.tokens.split(","):
+            run(case, int(T), warm_study=a.warm_study)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
