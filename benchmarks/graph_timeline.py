@@ -37,16 +37,8 @@ def _events(fn, reps, sync_each):
 
 
 def _graph(calls):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
+    from fusedmoe.bench.harness import capture_graph
+    g = capture_graph(calls, side_warmup=len(calls))
     g.replay()
     torch.cuda.synchronize()
     return g

@@ -34,7 +34,7 @@ from ..config import MoEConfig, QuantMethod, QuantScheme, Routing
 __all__ = [
     "flops", "weight_bytes", "expert_bytes", "moe_bytes", "roofline_us", "pct_of_roofline", "peak_for_scheme",
     "Ceilings", "measure_ceilings", "l2_bytes", "InputSet", "make_routing", "make_input_sets", "make_weights",
-    "total_weight_bytes", "Timing", "time_impl", "CheckResult", "CheckCase", "make_check_case", "check_against",
+    "total_weight_bytes", "Timing", "capture_graph", "time_impl", "CheckResult", "CheckCase", "make_check_case", "check_against",
     "check_impl", "Impl", "ShapeInfo", "Measurement", "BenchReport", "BenchSpec", "Progress", "run_bench",
     "format_table", "format_summary", "summarize", "SCHEMA",
 ]
@@ -355,22 +355,29 @@ def _reps_for(est_ms: float, budget_ms: float, min_reps: int, max_reps: int) -> 
     return int(max(min_reps, min(max_reps, budget_ms / est_ms)))
 
 
-def time_graph(calls, reps: int = 30) -> float:
-    """Median µs of one call of the list ``calls`` of zero-argument callables, all captured in
-    one CUDA graph (give each its own inputs so L2 does not hold them); for kernel-level A/Bs."""
-    for c in calls[:2]:
-        c()
-    torch.cuda.synchronize()
+def capture_graph(calls, side_warmup: int = 2) -> "torch.cuda.CUDAGraph":
+    """One CUDA graph of the zero-argument callables ``calls`` in order, after running the first
+    ``side_warmup`` of them on a side stream (what capture needs: allocator pools, lazy inits)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for c in calls[:2]:
+        for c in calls[:side_warmup]:
             c()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for c in calls:
             c()
+    return g
+
+
+def time_graph(calls, reps: int = 30) -> float:
+    """Median µs of one call of the list ``calls`` of zero-argument callables, all captured in
+    one CUDA graph (give each its own inputs so L2 does not hold them); for kernel-level A/Bs."""
+    for c in calls[:2]:
+        c()
+    torch.cuda.synchronize()
+    g = capture_graph(calls)
     _warm_up(g.replay)
     return _time_cuda(g.replay, reps, warmup=2) * 1e3 / len(calls)
 
@@ -402,16 +409,7 @@ def time_impl(fn: Callable, sets, *, graph: bool = True, eager: bool = True, ids
     us_graph, note = None, ""
     if graph and graph_safe:
         try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for a in arg_list[:2]:
-                    fn(*a)
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for a in arg_list:
-                    fn(*a)
+            g = capture_graph([lambda a=a: fn(*a) for a in arg_list])
             g.replay()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
