@@ -404,3 +404,23 @@ def test_check_case_matches_an_implementations_activation_math():
     plain = lambda x, tw, ids: reference_moe(x, w, tw, ids, config, quantize_activations=False)  # noqa: E731
     r = harness.check_against(plain, case)
     assert r.tol == tolerance("float32", "fp8_channel") and r.rel_err > 1e-3
+
+
+def test_warm_up_runs_for_its_wall_time(monkeypatch):
+    # graph timings start after WARM_MS of replays (bench/harness.py _warm_up): the calls go in
+    # doubling batches between synchronizations until that much wall time has passed
+    import time
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(time.perf_counter()))
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.001)
+    t0 = time.perf_counter()
+    n = harness._warm_up(fn, ms=20)
+    elapsed = (time.perf_counter() - t0) * 1e3
+    assert n == len(calls) and elapsed >= 20
+    assert 2 <= n < 200 and len(syncs) >= 3            # batches 1, 2, 4, ... with a sync after each
+    assert harness._warm_up(fn, ms=0) == 0
+    assert harness.WARM_MS >= 25                        # the window measured was ~22 ms of replays
