@@ -66,6 +66,9 @@ _OPTIONAL_DEFAULTS = {"GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3, "SPLIT
 
 #: Token counts the tuner measures by default (the bench's sweep: decode to prefill).
 DEFAULT_TUNE_TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
+# Warm-up replays (ms) before each candidate's timing after the first (which gets the harness's
+# WARM_MS): the slow window follows new weights, not new graphs (docs/BENCHMARKS.md 33rd section).
+TUNE_WARM_MS = 5.0
 
 _WARNED: set = set()          # file names already warned about in this process
 _OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("fusedmoe_launch_override", default=None)
@@ -868,6 +871,7 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
     l2 = harness.l2_bytes()
     bar = harness.Progress(total=None, desc=f"tune {fname}", enabled=progress)
     results, points = {}, {}
+    warm = [harness.WARM_MS]
     t_start = time.perf_counter()
     with torch.inference_mode():
         for T in tokens:
@@ -875,10 +879,14 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
                                            weight_bytes=wbytes, min_sets=2, max_sets=16)
 
             def measure(pair, sets=sets):
+                # the first timing over these weights gets the harness's full warm-up (the slow
+                # window after allocation, harness.WARM_MS); the candidates after it a short one
                 _reset_workspaces(pe)
                 with override(pair):
-                    return harness.time_impl(pe, sets, graph=True, eager=False, budget_ms=budget_ms,
-                                             min_reps=3).best_us
+                    t = harness.time_impl(pe, sets, graph=True, eager=False, budget_ms=budget_ms,
+                                          min_reps=3, warm_ms=warm[0])
+                warm[0] = TUNE_WARM_MS
+                return t.best_us
 
             def check(pair, T=T):
                 _reset_workspaces(pe)

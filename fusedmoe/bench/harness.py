@@ -384,12 +384,13 @@ def time_graph(calls, reps: int = 30) -> float:
 
 def time_impl(fn: Callable, sets, *, graph: bool = True, eager: bool = True, ids64: bool = False,
               reps: Optional[int] = None, budget_ms: float = 200.0, min_reps: int = 5, max_reps: int = 200,
-              graph_safe: bool = True) -> Timing:
+              graph_safe: bool = True, warm_ms: float = WARM_MS) -> Timing:
     """Median µs of one call ``fn(x, topk_weights, topk_ids)`` over rotating input sets.
 
     Graph: one CUDA graph holds one call per set; each replay is timed with events and divided
     by the number of sets. Eager: events around each call. On CPU: eager, host clock.
     ``reps`` fixes the repetitions; otherwise they fill ``budget_ms`` within [min_reps, max_reps].
+    ``warm_ms``: wall time of graph replays before timing them (``WARM_MS``: see there).
     """
     arg_list = [s.args(ids64) for s in (sets.sets if isinstance(sets, InputSets) else sets)]
     n = len(arg_list)
@@ -417,7 +418,7 @@ def time_impl(fn: Callable, sets, *, graph: bool = True, eager: bool = True, ids
             torch.cuda.synchronize()
             est_replay = (time.perf_counter() - t0) * 1e3
             r = reps or _reps_for(est_replay, budget_ms, min_reps, max_reps)
-            _warm_up(g.replay)
+            _warm_up(g.replay, warm_ms)
             us_graph = _time_cuda(g.replay, r, warmup=1) * 1e3 / n
             del g
         except Exception as e:  # not capturable (host syncs, allocations the graph cannot hold...)
