@@ -89,7 +89,7 @@ def run(case: str, T: int, reps: int = 200, warm_study: bool = False):
     return out
 
 
-def fresh_study(case: str, T: int):
+def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda"):
     """Which fresh object starts a slow state: new weights, new input sets, or a new graph?
     Consecutive 5-replay medians (us per call) from the first replay after each."""
     import time
@@ -104,14 +104,49 @@ def fresh_study(case: str, T: int):
         c = [_events(g.replay, 5, False) / n for _ in range(chunks)]
         print(f"   {label} ({(time.perf_counter() - t0) * 1e3:.0f} ms): " + " ".join(f"{v:.0f}" for v in c), flush=True)
 
+    import dataclasses
+
+    def cloned(w):          # the same weights in new allocations, written by a GPU copy
+        return dataclasses.replace(w, **{f.name: getattr(w, f.name).clone() for f in dataclasses.fields(w)
+                                         if isinstance(getattr(w, f.name), torch.Tensor)})
+
+    def busy(ms):           # GPU work that does not touch the weights
+        a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < ms:
+            a @ a
+            torch.cuda.synchronize()
+
     w = pe = sets = None
-    for step in ("new weights", "new graph", "new input sets", "new graph", "new weights"):
+    steps = ("new weights", "new graph", "new input sets", "new graph", "new weights")
+    if extended:
+        steps += ("cloned weights", "cloned weights, each tensor read 5 times first",
+                  "cloned weights, 50 ms of other GPU work first", "cloned weights after empty_cache",
+                  "the first weights again")
+    first = None
+    for step in steps:
         if step == "new weights":
-            w = hz.make_weights(cfg, scheme, "cuda", seed=0)
+            w = hz.make_weights(cfg, scheme, device, seed=0)
+            first = first or w
+        elif step == "the first weights again":
+            w = first
+        elif step.startswith("cloned weights"):
+            if "empty_cache" in step:
+                pe = g = None
+                torch.cuda.empty_cache()
+            w = cloned(w)
+            if "read 5 times" in step:
+                for _ in range(5):
+                    for t in w.tensors().values():
+                        t.view(torch.uint8).amax()
+            elif "other GPU work" in step:
+                busy(50)
+        if step != "new graph" and step != "new input sets":
             pe = prepare_experts(cfg, w, "triton")
         if sets is None or step == "new input sets":
-            sets = hz.make_input_sets(cfg, T, "cuda", seed=T, weight_bytes=hz.total_weight_bytes(w)).sets
-        g = _graph([lambda a=s.args(False): pe(*a) for s in sets])
+            sets = hz.make_input_sets(cfg, T, device, seed=T, weight_bytes=hz.total_weight_bytes(w)).sets
+        torch.cuda.synchronize()
+        g = _graph([lambda a=s.args(False), pe=pe: pe(*a) for s in sets])
         series(f"{case} T={T} {step}", g, len(sets))
 
 
@@ -121,6 +156,8 @@ def main(argv=None):
     ap.add_argument("--tokens", default="3")
     ap.add_argument("--warm-study", action="store_true", help="consecutive chunks after an idle second")
     ap.add_argument("--fresh-study", action="store_true", help="which fresh object starts a slow state")
+    ap.add_argument("--extended", action="store_true", help="--fresh-study: also cloned weights, read first, "
+                    "other GPU work first, after empty_cache, the first weights again")
     ap.add_argument("--mode", default=None, help="FUSEDMOE_W8A8_DECODE for the run (a16 / tc / auto)")
     a = ap.parse_args(argv)
     if a.mode:
@@ -128,7 +165,7 @@ def main(argv=None):
     if a.fresh_study:
         for case in a.case.split(","):
             for T in a.tokens.split(","):
-                fresh_study(case, int(T))
+                fresh_study(case, int(T), a.extended)
         return 0
     for case in a.case.split(","):
         for T in a.tokens.split(","):
