@@ -160,6 +160,12 @@ def decode_w4() -> bool | None:
     return _switch("FUSEDMOE_DECODE_W4")
 
 
+def tc_early_w() -> bool:
+    """FUSEDMOE_TC_EARLY_W 1: the tensor-core decode GEMM2 loads its first weight tile before it
+    waits for h (kernels/decode_tc.py EARLY_W; off by default: not yet measured on a GPU)."""
+    return bool(_switch("FUSEDMOE_TC_EARLY_W"))
+
+
 def decode_share() -> bool | None:
     """FUSEDMOE_DECODE_SHARE as a bool (None when unset: kernels/decode_tc.py's own rule)."""
     return _switch("FUSEDMOE_DECODE_SHARE")

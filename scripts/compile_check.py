@@ -423,6 +423,9 @@ def tc_cases() -> list:
             (f"tc {name} gemm2 groups1", tc.tc_gemm2_launch(
                 hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2,
                 config=dict(BLOCK_N=64, BLOCK_K=128, GROUPS=1, num_warps=4, num_stages=4), **q)),
+            (f"tc {name} gemm2 pdl early_w", tc.tc_gemm2_launch(          # FUSEDMOE_TC_EARLY_W
+                hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2, pdl=True,
+                config=dict(BLOCK_N=64, BLOCK_K=128, GROUPS=2, num_warps=4, num_stages=4, EARLY_W=1), **q)),
         ]
     return cases
 

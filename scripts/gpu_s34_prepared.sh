@@ -6,6 +6,7 @@
 #     benchmarks/graph_timeline.py --fresh-study --extended: does reading the weights, or other GPU work, end it;
 #     do cloned weights or weights after empty_cache start it; do the first weights come back fast?
 #  3. W4 rerun with the harness's warm-up (scripts/gpu_s32_w4.sh: FUSEDMOE_DECODE_W4 0 / 1, two rounds).
+# The EARLY_W A/B is scripts/gpu_s34_early_w.sh (a second call).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

@@ -323,3 +323,50 @@ def test_gpu_tc_decode_real_sizes(model, tp, scheme, T):
                        quantize_h=lambda h: quantize_activation(h, w.scheme))
     ref = reference_moe(x, w, tw, ids, cfg, quantize_activations=True)
     assert rel_error(out, ref) <= tolerance("bfloat16", w.scheme.method)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: f"{s[0]}-{str(s[1]).replace('torch.', '')}")
+def test_tc_gemm2_early_weights(scheme):
+    # EARLY_W (GEMM2's first weight tile loaded before the wait for h; FUSEDMOE_TC_EARLY_W):
+    # bitwise the plain loop, with a right guess (1) and a wrong one forcing the re-read (2);
+    # slot groups of 1, 2 and 4 slots, K in 2 tiles, and a token whose first slot is dropped
+    quant, dt, a_shape, _, block = scheme
+    H, I = (H_BLK, I_BLK) if block else (H_ODD, I_ODD)
+    T, k = 3, 4
+    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H, I, seed=4)
+    tw, ids = _routing(T, E, k, seed=7)
+    emap = torch.arange(E, dtype=torch.int32, device=DEV)
+    emap[int(ids[1, 0])] = -1                                   # token 1's first slot: dropped
+    qh = _quant_h(scheme, 2)
+    for c1, c2 in CFGS[:3]:
+        outs = {}
+        for early in (0, 1, 2):
+            h, outs[early] = tc_decode(x, w13, w2, tw, ids, "silu", x_scale=a1, w13_scale=b1, w2_scale=b2,
+                                       quant=quant, block_shape=block, quantize_h=qh, expert_map=emap,
+                                       config1=dict(c1), config2=dict(c2, EARLY_W=early))
+        hq, hs = qh(h)
+        ref2 = gemm2_ref(hq, w2, ids, tw, expert_map=emap, quant=quant, a_scale=hs, b_scale=b2, block=block)
+        assert _rel(outs[0], ref2) < 1e-2
+        assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0]), c2
+
+
+def test_tc_early_w_switch(monkeypatch):
+    # FUSEDMOE_TC_EARLY_W reaches GEMM2's launch (off by default: not measured on a GPU yet);
+    # a config's EARLY_W wins over it
+    from fusedmoe.kernels.decode_tc import tc_gemm2_launch
+    scheme = SCHEMES[0]
+    T, k = 2, 4
+    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H_ODD, I_ODD)
+    tw, ids = _routing(T, E, k, seed=2)
+    hq, hs = _quant_h(scheme, 0)(torch.empty(T * k, I_ODD, device=DEV))
+    out = torch.zeros(T, H_ODD, dtype=torch.bfloat16, device=DEV)
+    c2 = dict(CFGS[0][1], SHARE=False)
+    (_, _), (p2, s2) = scratch(T, k, I_ODD, H_ODD, dict(CFGS[0][0], SHARE=False), c2, True, DEV)
+    for env_v, cfg_v, want in ((None, None, 0), ("1", None, 1), ("0", None, 0), ("1", 0, 0)):
+        if env_v is None:
+            monkeypatch.delenv("FUSEDMOE_TC_EARLY_W", raising=False)
+        else:
+            monkeypatch.setenv("FUSEDMOE_TC_EARLY_W", env_v)
+        cfg = dict(c2) if cfg_v is None else dict(c2, EARLY_W=cfg_v)
+        spec = tc_gemm2_launch(hq, w2, ids, tw, out, p2, s2, quant="channel", a_scale=hs, b_scale=b2, config=cfg)
+        assert spec[3]["EARLY_W"] == want, (env_v, cfg_v)

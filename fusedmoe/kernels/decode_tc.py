@@ -323,6 +323,51 @@ def _gemm1_finish_cols(v, e64, prs, col_ok, pid_n, wrows, h_ptr, bias_ptr, N_OUT
              out.to(h_ptr.dtype.element_ty), mask=(offs < N_OUT)[:, None] & col_ok[None, :])
 
 
+@triton.jit
+def _g2_slot(ids_ptr, map_ptr, t, grp, i, nk, num_global, E, SLOTS: tl.constexpr, TOP_K: tl.constexpr,
+             HAS_MAP: tl.constexpr, BLOCK_K: tl.constexpr):
+    """GEMM2's step i of a program's (slot, K tile) loop: (k0, pair s, local expert e or -1)."""
+    jj = i // nk
+    k0 = (i - jj * nk) * BLOCK_K
+    j = grp * SLOTS + jj
+    s = t * TOP_K + tl.minimum(j, TOP_K - 1)
+    e = _local_expert(ids_ptr, map_ptr, s, j < TOP_K, num_global, E, HAS_MAP)
+    return k0, s, e
+
+
+@triton.jit
+def _g2_w(w_rows, e, k0, K, stride_we, stride_wk, BLOCK_K: tl.constexpr, load=True):
+    """The [BN, BK] weight tile of expert e (-1: zeros) at k0; ``load`` False reads nothing."""
+    ks = k0 + tl.arange(0, BLOCK_K)
+    keep = e >= 0
+    return tl.load(w_rows + tl.where(keep, e, 0).to(tl.int64) * stride_we + ks[None, :] * stride_wk,
+                   mask=(ks < tl.where(keep & load, K, 0))[None, :], other=0.0)
+
+
+@triton.jit
+def _g2_accumulate(acc, w, k0, s, e, h_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, wrows, K,
+                   stride_hm, stride_hk, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                   MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
+                   GROUP_K: tl.constexpr, INT8: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc [BN, 16] += (w [BN, BK] @ h[s, k0:k0+BK] in column 0) x the step's scales and routing
+    weight; nothing from a dropped slot (e = -1)."""
+    keep = e >= 0
+    e64 = tl.where(keep, e, 0).to(tl.int64)
+    ks = k0 + tl.arange(0, BLOCK_K)
+    cols = tl.arange(0, 16)
+    a = tl.load(h_ptr + s * stride_hm + ks[:, None] * stride_hk + cols[None, :] * 0,
+                mask=(ks < tl.where(keep, K, 0))[:, None] & (cols == 0)[None, :], other=0.0)
+    if INT8:
+        part = tl.dot(w, a, out_dtype=tl.int32).to(tl.float32)
+    else:
+        part = tl.dot(w, a).to(tl.float32)
+    f = _row_scale(a_scale_ptr + s * stride_asm, b_scale_ptr + e64 * stride_bse, wrows, k0, stride_ask,
+                   stride_bsn, stride_bsk, A_SCALE, B_SCALE, GROUP_N, GROUP_K, True, True)
+    if MUL_W:
+        f = f * tl.load(topk_w_ptr + s).to(tl.float32)
+    return acc + part * tl.where(keep, f, 0.0)[:, None]
+
+
 @triton.jit(do_not_specialize=["num_global"])
 def _tc_gemm2_kernel(
     h_ptr, w_ptr, out_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, ids_ptr, map_ptr, part_ptr, sync_ptr,
@@ -332,13 +377,18 @@ def _tc_gemm2_kernel(
     TOP_K: tl.constexpr, SLOTS: tl.constexpr, GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_MAP: tl.constexpr, MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False, EARLY_W: tl.constexpr = 0,
+    EARLY_W_WRONG: tl.constexpr = False,
 ):
     """Grid (N tiles, GROUPS, tokens). A program: BN rows of H for SLOTS of its token's k
     slots (group g: slots g*SLOTS ..), one loop over (slot, K tile) so that the next slot's
-    weights stream while this one's finish; per slot the scales and the routing weight."""
-    if PDL:
-        gdc_wait()
+    weights stream while this one's finish; per slot the scales and the routing weight.
+
+    EARLY_W 1 (``tc_early_w``): the first step's weight tile is loaded before the wait for h,
+    from the expert the ids give then; after the wait the ids are read again and the tile is
+    read again only if they changed (the ids are not written by this chain, but its first
+    link may itself start before their writer is done), so the result never depends on it.
+    EARLY_W_WRONG (tests): the guess is made wrong on purpose."""
     pid_n = tl.program_id(0)
     grp = tl.program_id(1)
     t = tl.program_id(2).to(tl.int64)
@@ -347,29 +397,27 @@ def _tc_gemm2_kernel(
     n_ok = offs_n < N_OUT
     wrows = tl.where(n_ok, offs_n, 0)
     w_rows = w_ptr + wrows.to(tl.int64)[:, None] * stride_wn
-    kk = tl.arange(0, BLOCK_K)
-    cols = tl.arange(0, 16)
     nk = tl.cdiv(K, BLOCK_K)
+    if EARLY_W:
+        _k, _s, e_pre = _g2_slot(ids_ptr, map_ptr, t, grp, 0, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
+        if EARLY_W_WRONG:       # tests only: a wrong guess on purpose, so that the re-read runs
+            e_pre = tl.where(e_pre >= 0, (e_pre + 1) % E, 0)
+        w_pre = _g2_w(w_rows, e_pre, 0, K, stride_we, stride_wk, BLOCK_K)
+    if PDL:
+        gdc_wait()
     acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
-    for i in range(0, SLOTS * nk):
-        jj = i // nk
-        k0 = (i - jj * nk) * BLOCK_K
-        j = grp * SLOTS + jj
-        s = t * TOP_K + tl.minimum(j, TOP_K - 1)
-        e = _local_expert(ids_ptr, map_ptr, s, j < TOP_K, num_global, E, HAS_MAP)
-        keep = e >= 0
-        e64 = tl.where(keep, e, 0).to(tl.int64)
-        ks = k0 + kk
-        part = _tile_dot(w_rows + e64 * stride_we + ks[None, :] * stride_wk,
-                         h_ptr + s * stride_hm + ks[:, None] * stride_hk + cols[None, :] * 0,
-                         ks < tl.where(keep, K, 0), cols == 0, INT8).to(tl.float32)
-        as_ptr = a_scale_ptr + s * stride_asm
-        bs_e = b_scale_ptr + e64 * stride_bse
-        f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
-                       A_SCALE, B_SCALE, GROUP_N, GROUP_K, True, True)
-        if MUL_W:
-            f = f * tl.load(topk_w_ptr + s).to(tl.float32)
-        acc += part * tl.where(keep, f, 0.0)[:, None]
+    if EARLY_W:
+        k0, s, e = _g2_slot(ids_ptr, map_ptr, t, grp, 0, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
+        w = tl.where(e == e_pre, w_pre, _g2_w(w_rows, e, k0, K, stride_we, stride_wk, BLOCK_K, e != e_pre))
+        acc = _g2_accumulate(acc, w, k0, s, e, h_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, wrows, K,
+                             stride_hm, stride_hk, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                             MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT8, BLOCK_K)
+    for i in range(EARLY_W, SLOTS * nk):
+        k0, s, e = _g2_slot(ids_ptr, map_ptr, t, grp, i, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
+        w = _g2_w(w_rows, e, k0, K, stride_we, stride_wk, BLOCK_K)
+        acc = _g2_accumulate(acc, w, k0, s, e, h_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, wrows, K,
+                             stride_hm, stride_hk, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                             MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT8, BLOCK_K)
     v = tl.sum(acc, axis=1)                                                      # [BN]
     if HAS_BIAS:
         for jj in tl.static_range(SLOTS):
@@ -694,6 +742,7 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
                            num_sms=_num_sms(h.device))
     _check(h, w2, quant, block_shape, config["BLOCK_K"])
     groups = config["GROUPS"]
+    early = int(config.get("EARLY_W", env.tc_early_w()))      # 2: EARLY_W with a wrong guess (tests)
     (sa, sb, ids, emap), counts, strides, consts = _common(h, w2, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
     if _share_consts(config, table):
@@ -709,8 +758,8 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
     ), dict(TOP_K=k, SLOTS=cdiv(k, groups), GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
-            BLOCK_K=config["BLOCK_K"], PDL=pdl, **consts), config.get("num_warps", 4), config.get("num_stages", 4),
-        pdl)
+            BLOCK_K=config["BLOCK_K"], PDL=pdl, EARLY_W=min(1, early), EARLY_W_WRONG=early == 2, **consts),
+        config.get("num_warps", 4), config.get("num_stages", 4), pdl)
 
 
 def share_table(T: int, top_k: int, device) -> torch.Tensor:
