@@ -69,10 +69,7 @@ def run(case: str, T: int, reps: int = 200, warm_study: bool = False):
         for idle, warm_ms in ((1, 0), (1, 30), (5, 0), (5, 50), (10, 0), (10, 100)):
             label = f"after {idle} s idle, {warm_ms} ms warm-up"
             time.sleep(idle)
-            t0 = time.perf_counter()
-            while warm_ms and (time.perf_counter() - t0) * 1e3 < warm_ms:
-                g_all.replay()
-                torch.cuda.synchronize()
+            hz._warm_up(g_all.replay, warm_ms)
             chunks = [_events(g_all.replay, 10, False) / n for _ in range(20)]
             print(f"   {label}: consecutive 10-replay medians " + " ".join(f"{c:.1f}" for c in chunks), flush=True)
     from torch.profiler import ProfilerActivity, profile
@@ -112,10 +109,7 @@ def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda")
 
     def busy(ms):           # GPU work that does not touch the weights
         a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
-        t0 = time.perf_counter()
-        while (time.perf_counter() - t0) * 1e3 < ms:
-            a @ a
-            torch.cuda.synchronize()
+        hz._warm_up(lambda: a @ a, ms)
 
     w = pe = sets = None
     steps = ("new weights", "new graph", "new input sets", "new graph", "new weights")
