@@ -166,6 +166,27 @@ def tc_early_w() -> bool:
     return bool(_switch("FUSEDMOE_TC_EARLY_W"))
 
 
+def tc_l2_pre() -> tuple | None:
+    """FUSEDMOE_TC_L2_PRE "G1,G2" (or one number for both): before its wait for the kernel before
+    it, the tensor-core decode GEMM1 asks L2 for the first G1 lines (128 bytes) of each of its
+    weight rows, GEMM2 for the rows of its first G2 slots' experts (kernels/decode_tc.py
+    L2_PRE). None when unset: the rule there (4 and 0 on an H100, measured; 0 and 0 elsewhere)."""
+    v = os.environ.get("FUSEDMOE_TC_L2_PRE", "").strip()
+    if not v:
+        return None
+    parts = v.split(",")
+    try:
+        nums = tuple(int(p) for p in parts)
+    except ValueError:
+        nums = ()
+    if len(nums) == 1:
+        nums = nums * 2
+    if len(nums) != 2 or min(nums) < 0:
+        raise ConfigError("FUSEDMOE_TC_L2_PRE", v, "two integers >= 0 as 'G1,G2' (or one for both)",
+                          "e.g. FUSEDMOE_TC_L2_PRE=4,1, or unset it for the default")
+    return nums
+
+
 def decode_share() -> bool | None:
     """FUSEDMOE_DECODE_SHARE as a bool (None when unset: kernels/decode_tc.py's own rule)."""
     return _switch("FUSEDMOE_DECODE_SHARE")

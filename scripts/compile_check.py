@@ -51,6 +51,14 @@ def _force_w4(kernel, args, constexprs):
     return dict(constexprs, W4=mode) if mode and w.shape[-1] % 16 == 0 else constexprs
 
 
+def _consts(spec, **kw):
+    """The launch spec with constexprs set (what a GPU launch would pick where CPU tensors give
+    another value, e.g. L2_PRE)."""
+    spec = list(spec)
+    spec[3] = dict(spec[3], **kw)
+    return tuple(spec)
+
+
 def compile_spec(spec, target=GPUTarget("cuda", 90, 32)):
     kernel, grid, args, constexprs, num_warps, num_stages, pdl = (list(spec) + [None, None, False])[:7]
     if os.environ.get("COMPILE_CHECK_W4"):
@@ -426,6 +434,12 @@ def tc_cases() -> list:
             (f"tc {name} gemm2 pdl early_w", tc.tc_gemm2_launch(          # FUSEDMOE_TC_EARLY_W
                 hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2, pdl=True,
                 config=dict(BLOCK_N=64, BLOCK_K=128, GROUPS=2, num_warps=4, num_stages=4, EARLY_W=1), **q)),
+            (f"tc {name} gemm1 pdl l2_pre", _consts(tc.tc_gemm1_launch(    # FUSEDMOE_TC_L2_PRE (CPU tensors: 0)
+                xq, w13, ids, "silu", h, part, sync, a_scale=xs, b_scale=s13, pdl=True, pdl_wait=True,
+                config=dict(BLOCK_N=32, BLOCK_K=128, SPLIT_K=2, num_warps=4, num_stages=4), **q), L2_PRE=4)),
+            (f"tc {name} gemm2 pdl l2_pre", _consts(tc.tc_gemm2_launch(
+                hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2, pdl=True,
+                config=dict(BLOCK_N=64, BLOCK_K=128, GROUPS=2, num_warps=4, num_stages=4), **q), L2_PRE=2)),
         ]
     return cases
 

@@ -13,12 +13,4 @@ timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_decode_t
   | tee -a "$OUT/s34.txt"
 FUSEDMOE_TC_EARLY_W=1 timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels_decode_tc.py \
   tests/test_backends.py -k "tc or decode or w8a8" 2>&1 | tail -2 | tee -a "$OUT/s34.txt"
-for r in 1 2; do for m in 0 1; do
-  echo "== EARLY_W=$m round $r" | tee -a "$OUT/s34.txt"
-  FUSEDMOE_TC_EARLY_W=$m FUSEDMOE_W8A8_DECODE=tc timeout 60 python3 -m fusedmoe bench --tokens 2,3,4 \
-    --model qwen3-30b-a3b --quant fp8_channel,int8_channel --peers none --backend triton 2>&1 \
-    | grep -E "^ +[0-9]+ triton|scheme=" | tee -a "$OUT/s34.txt"
-  FUSEDMOE_TC_EARLY_W=$m FUSEDMOE_W8A8_DECODE=tc timeout 50 python3 -m fusedmoe bench --tokens 2,3,4 \
-    --model deepseek-v3 --tp 8 --quant fp8_block --peers none --backend triton 2>&1 \
-    | grep -E "^ +[0-9]+ triton|scheme=" | tee -a "$OUT/s34.txt"
-done; done
+bash scripts/tc_env_ab.sh FUSEDMOE_TC_EARLY_W "0 1" | tee -a "$OUT/s34.txt"

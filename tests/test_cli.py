@@ -260,7 +260,8 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     from fusedmoe.config import QuantScheme
     from fusedmoe.platform import Platform
     from fusedmoe.presets import get_preset
-    for key in ("FUSEDMOE_W8A8_DECODE", "FUSEDMOE_DECODE_SHARE", "FUSEDMOE_DECODE_PAIRS", "FUSEDMOE_DECODE_W4"):
+    for key in ("FUSEDMOE_W8A8_DECODE", "FUSEDMOE_DECODE_SHARE", "FUSEDMOE_DECODE_PAIRS", "FUSEDMOE_DECODE_W4",
+                "FUSEDMOE_TC_L2_PRE", "FUSEDMOE_DECODE_PDL"):
         monkeypatch.delenv(key, raising=False)
     qwen = get_preset("qwen3-30b-a3b").to_config()
     h100 = _variants(qwen, QuantScheme.parse("fp8_channel"), Platform.resolve("h100"))
@@ -280,6 +281,16 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     assert "16-bit activations" in ds["T=2"] and "tensor cores" in ds["T=3"]
     assert "int32 words" not in ds["T=1"]                          # block scales: element loads
     assert not any("read once" in v for k, v in ds.items() if k.startswith("T="))
+    # the tc chain's L2 hints (kernels/decode_tc.py L2_PRE): GEMM1's, on the H100 only (measured
+    # there), not where GEMM1 shares experts or the math is a16; FUSEDMOE_TC_L2_PRE overrides
+    from fusedmoe.backends.triton import decode_pdl_ok
+    if decode_pdl_ok(Platform.resolve("h100")):
+        assert "first 4 lines of its weight rows" in ds["T=3"] and "L2" not in ds["T=2"]
+        assert "L2" not in h100["T=8"] and "L2" not in h200["T=3"]
+        monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", "2,1")
+        ds = _variants(get_preset("deepseek-v3").to_config(tp=8), QuantScheme.parse("fp8_block"),
+                       Platform.resolve("h200"))
+        assert "first 2 lines of its weight rows and GEMM2 for its first 1 slots' rows" in ds["T=3"]
     assert "T=2" not in _variants(qwen, QuantScheme.parse("none"), Platform.resolve("h100"))
 
 

@@ -370,3 +370,71 @@ def test_tc_early_w_switch(monkeypatch):
         cfg = dict(c2) if cfg_v is None else dict(c2, EARLY_W=cfg_v)
         spec = tc_gemm2_launch(hq, w2, ids, tw, out, p2, s2, quant="channel", a_scale=hs, b_scale=b2, config=cfg)
         assert spec[3]["EARLY_W"] == want, (env_v, cfg_v)
+
+
+def test_tc_l2_pre_switch(monkeypatch):
+    # FUSEDMOE_TC_L2_PRE "G1,G2" (or one number for both) reaches the launches where they wait for
+    # the kernel before them on CUDA; a config's L2_PRE wins; unset, the rule: GEMM1 4 lines on an
+    # H100 (measured), 0 elsewhere, GEMM2 0; GEMM1's count is a power of two (a tl.arange length);
+    # bad values name the variable
+    from fusedmoe import env
+    from fusedmoe.errors import ConfigError
+    from fusedmoe.kernels import decode as dk
+    from fusedmoe.kernels.decode_tc import TC_L2_PRE_GEMM1, _l2_pre
+
+    class Cuda:
+        is_cuda = True
+        device = torch.device("cuda", 0)
+    monkeypatch.delenv("FUSEDMOE_TC_L2_PRE", raising=False)
+    for name, want in (("NVIDIA H100 80GB HBM3", TC_L2_PRE_GEMM1), ("NVIDIA H200", 0), ("NVIDIA A100-SXM4-80GB", 0)):
+        monkeypatch.setattr(dk, "_device_name", lambda index, n=name: n)
+        assert (_l2_pre({}, Cuda(), True, 0), _l2_pre({}, Cuda(), True, 1)) == (want, 0), name
+    for v, want in ((None, None), ("3", (3, 3)), ("4,1", (4, 1)), ("0,2", (0, 2))):
+        if v is None:
+            monkeypatch.delenv("FUSEDMOE_TC_L2_PRE", raising=False)
+        else:
+            monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", v)
+        assert env.tc_l2_pre() == want, v
+    monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", "3,2")
+    assert _l2_pre({}, Cuda(), True, 0) == 4 and _l2_pre({}, Cuda(), True, 1) == 2
+    assert _l2_pre({"L2_PRE": 0}, Cuda(), True, 0) == 0 and _l2_pre({"L2_PRE": 1}, Cuda(), True, 1) == 1
+    assert _l2_pre({}, Cuda(), False, 0) == 0                       # no wait: nothing to overlap
+    assert _l2_pre({}, torch.empty(1), True, 0) == 0                # CPU / interpreter: no inline PTX
+    for bad in ("x", "1,2,3", "-1", "1,"):
+        monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", bad)
+        with pytest.raises(ConfigError, match="FUSEDMOE_TC_L2_PRE"):
+            env.tc_l2_pre()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model,tp,scheme", [("qwen3-30b-a3b", 1, "fp8_channel"), ("qwen3-30b-a3b", 1, "int8_channel"),
+                                             ("deepseek-v3", 8, "fp8_block")])
+def test_gpu_tc_l2_pre_same_bits(model, tp, scheme, monkeypatch):
+    # L2_PRE (the tc GEMMs' L2 hints before their PDL waits) is a hint: the layer's output on the
+    # tensor-core chain is bitwise the same with it off and on (two settings) at T = 2, 3, 5, and
+    # within the scheme's tolerance of the reference
+    if not _CUDA or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("fp8 / int8 wgmma tiles and PDL: sm90")
+    from fusedmoe.bench.harness import make_weights
+    from fusedmoe.layer import prepare_experts
+    from fusedmoe.presets import get_preset
+    from fusedmoe.reference.moe import reference_moe
+    from fusedmoe.tolerances import rel_error, tolerance
+    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
+    cfg = get_preset(model).to_config(tp=tp)
+    w = make_weights(cfg, scheme, "cuda", seed=3)
+    for T in (2, 3, 5):
+        g = torch.Generator(device="cuda").manual_seed(T)
+        x = torch.randn(T, cfg.hidden_size, generator=g, device="cuda", dtype=torch.bfloat16)
+        logits = torch.randn(T, cfg.num_experts, generator=g, device="cuda")
+        tw, ids = torch.topk(logits.softmax(-1), cfg.top_k, dim=-1)
+        ids = ids.to(torch.int32)
+        outs = []
+        for v in ("0", "4,2", "8,8"):
+            monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", v)
+            pe = prepare_experts(cfg, w, "triton")
+            outs.append(pe(x, tw, ids))
+        torch.cuda.synchronize()
+        assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0]), T
+        ref = reference_moe(x, w, tw, ids, cfg, quantize_activations=True)
+        assert rel_error(outs[0], ref) <= tolerance("bfloat16", w.scheme.method), T

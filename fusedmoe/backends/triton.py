@@ -740,6 +740,18 @@ def _tc_share(pairs: int, top_k: int, num_experts: int, intermediate: int) -> bo
     return tc_share(pairs, top_k, num_experts, intermediate)
 
 
+def _l2_pre_explained(platform, waits: bool) -> str:
+    """The tc chain's L2 hints (kernels/decode_tc.py L2_PRE) where GEMM1 waits for x's
+    quantization (a programmatic dependent launch, not SHARE): what ``_l2_pre`` will take."""
+    if not waits or platform.kind != "cuda":
+        return ""
+    from ..kernels.decode_tc import l2_pre_default
+    g1, g2 = (l2_pre_default(platform.name, g) for g in (0, 1))
+    parts = ([f"GEMM1 asks L2 for the first {g1} lines of its weight rows"] if g1 else []) + (
+        [f"GEMM2 for its first {g2} slots' rows"] if g2 else [])
+    return f"; before their waits, {' and '.join(parts)} (FUSEDMOE_TC_L2_PRE)" if parts else ""
+
+
 def _w4_explained(config, quant, platform, T) -> bool:
     """Whether the a16 decode at T reads its 8-bit weights as words (kernels/decode.py
     ``w4_wanted`` and ``w4_mode``'s conditions, from the config instead of tensors)."""
@@ -784,6 +796,7 @@ def _variants(config, quant, platform):
                                 if a16 and _w4_explained(config, quant, platform, T) else "")
                              + (f"; 8-bit x 8-bit GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE={mode}, "
                                 "kernels/decode_tc.py)" if tc else "")
+                             + _l2_pre_explained(platform, tc and pdl and not shared)
 
                              + (chain if pdl else ""))
             continue

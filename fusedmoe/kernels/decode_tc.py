@@ -73,6 +73,23 @@ def _local_expert(ids_ptr, map_ptr, s, ok, num_global, E, HAS_MAP: tl.constexpr)
     return tl.where(ok & (loc >= 0) & (loc < E), loc, -1)
 
 
+# prefetch.global.L2: a hint that brings the 128-byte line at an address into L2; nothing is
+# read back and no register is held (the result is a dummy 0). CUDA only (inline PTX).
+_L2_HINT = tl.constexpr("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];")
+
+
+@triton.jit
+def _l2_hint_rows(w_rows, k_lo, k_hi, stride_wk, LINES: tl.constexpr, LINE: tl.constexpr):
+    """L2_PRE: ask L2 for the first LINES lines (LINE elements each, 128 bytes) of each weight
+    row from k_lo (w_rows [ROWS] pointers; columns clamped below k_hi, so every address lies
+    in the row). Issued before a programmatic dependent launch's wait: the weights do not
+    depend on the kernel waited for, and the loads after the wait then find their first K
+    steps in L2 instead of starting from DRAM while the kernel before ends."""
+    ks = tl.minimum(k_lo + tl.arange(0, LINES) * LINE, k_hi - 1)
+    tl.inline_asm_elementwise(_L2_HINT, "=r,l", [w_rows[:, None] + ks[None, :] * stride_wk], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
 @triton.jit
 def _tile_dot(w_ptrs, a_ptrs, k_ok, col_ok, INT8: tl.constexpr):
     """[ROWS, 16] = w [ROWS, BK] @ a [BK, 16]: a's columns are activation rows where col_ok
@@ -203,12 +220,30 @@ def _tc_gemm1_kernel(
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, SHARE: tl.constexpr = False,
+    L2_PRE: tl.constexpr = 0,
 ):
     """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
     expert (ROWS = 2 BN; BN rows when not gated) over its K slice. SHARE (SPLIT_K 1): the
-    pair's program leads the pairs of its table row or does nothing."""
+    pair's program leads the pairs of its table row or does nothing.
+
+    L2_PRE > 0 (``tc_l2_pre``; PDL_WAIT, not SHARE, CUDA): before the wait for x, the program
+    asks L2 for the first L2_PRE lines of each of its weight rows (``_l2_hint_rows``), from
+    the expert the ids give then. A hint only: the loads after the wait read the same
+    addresses, and a stale expert only costs the lines it fetched."""
     if PDL:
         gdc_launch_dependents()
+    if L2_PRE > 0:
+        tl.static_assert(not SHARE, "L2_PRE: not with SHARE (its table is written in this chain)")
+        ROWS_P: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
+        sp = tl.program_id(2).to(tl.int64)
+        ep = _local_expert(ids_ptr, map_ptr, sp, sp >= 0, num_global, E, HAS_MAP)
+        if ep >= 0:
+            rp = tl.arange(0, ROWS_P)
+            np_ = tl.program_id(0) * BLOCK_N + rp % BLOCK_N
+            wp = tl.where(np_ < N_OUT, np_, 0) + (rp // BLOCK_N) * N_OUT
+            k_lo_p = tl.program_id(1) * (tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K)
+            _l2_hint_rows(w_ptr + ep.to(tl.int64) * stride_we + wp.to(tl.int64) * stride_wn, k_lo_p, K, stride_wk,
+                          L2_PRE, 128)
     if PDL_WAIT:
         gdc_wait()
     pid_n = tl.program_id(0)
@@ -378,7 +413,7 @@ def _tc_gemm2_kernel(
     HAS_MAP: tl.constexpr, MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False, EARLY_W: tl.constexpr = 0,
-    EARLY_W_WRONG: tl.constexpr = False,
+    EARLY_W_WRONG: tl.constexpr = False, L2_PRE: tl.constexpr = 0, L2_LINES: tl.constexpr = 1,
 ):
     """Grid (N tiles, GROUPS, tokens). A program: BN rows of H for SLOTS of its token's k
     slots (group g: slots g*SLOTS ..), one loop over (slot, K tile) so that the next slot's
@@ -388,7 +423,11 @@ def _tc_gemm2_kernel(
     from the expert the ids give then; after the wait the ids are read again and the tile is
     read again only if they changed (the ids are not written by this chain, but its first
     link may itself start before their writer is done), so the result never depends on it.
-    EARLY_W_WRONG (tests): the guess is made wrong on purpose."""
+    EARLY_W_WRONG (tests): the guess is made wrong on purpose.
+
+    L2_PRE > 0 (``tc_l2_pre``, PDL, CUDA): before the wait, the program asks L2 for the whole
+    rows (L2_LINES lines of 128 bytes) of its first L2_PRE slots' experts (``_l2_hint_rows``),
+    a hint that never changes the result."""
     pid_n = tl.program_id(0)
     grp = tl.program_id(1)
     t = tl.program_id(2).to(tl.int64)
@@ -398,6 +437,10 @@ def _tc_gemm2_kernel(
     wrows = tl.where(n_ok, offs_n, 0)
     w_rows = w_ptr + wrows.to(tl.int64)[:, None] * stride_wn
     nk = tl.cdiv(K, BLOCK_K)
+    for jp in tl.static_range(L2_PRE):
+        _k, _s, e_l2 = _g2_slot(ids_ptr, map_ptr, t, grp, jp * nk, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
+        if e_l2 >= 0:
+            _l2_hint_rows(w_rows + e_l2.to(tl.int64) * stride_we, 0, K, stride_wk, L2_LINES, 128)
     if EARLY_W:
         _k, _s, e_pre = _g2_slot(ids_ptr, map_ptr, t, grp, 0, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
         if EARLY_W_WRONG:       # tests only: a wrong guess on purpose, so that the re-read runs
@@ -579,6 +622,15 @@ TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this 
 # GPUs (names containing these) that keep session 30's rules (none: session 32 measured the
 # H200, where the rules gain as on the H100: qwen3 int8 T=3 40.91 -> 38.24 us)
 TC_RULES_OLD_ON: tuple = ()
+# Session 34 (H100, `fusedmoe bench --tokens 2,3,4`, tc forced, two alternating rounds;
+# scripts/gpu_s34_l2_pre.sh, docs/BENCHMARKS.md thirty-fourth section): GEMM1 hinting L2 with the
+# first 4 lines of each weight row before its wait for x (L2_PRE) gains in every case and round,
+# graph us: qwen3 fp8_channel T=2 34.7-34.9 -> 34.2-34.3, T=3 46.9-47.0 -> 46.4, T=4 58.5 -> 57.9-58.1;
+# int8_channel 34.7 -> 34.1, 47.1 -> 46.7, 58.3 -> 58.0; deepseek-v3 tp8 fp8_block 41.9-42.1 -> 41.5,
+# 53.3-53.4 -> 52.7-52.8, 69.3-69.4 -> 68.7. 8 lines: qwen3 slower than none. GEMM2 hinting its
+# slots' rows while it waits for h: 6-11% SLOWER everywhere (the hints compete with GEMM1's reads).
+TC_L2_PRE_GEMM1 = 4                # GEMM1's L2_PRE where the GPU's name contains one of TC_L2_PRE_ON
+TC_L2_PRE_ON: tuple = ("H100",)    # measured there only (the H200: not yet)
 
 
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
@@ -696,6 +748,30 @@ def _share_consts(config: dict, table) -> dict:
     return dict(SHARE=True)
 
 
+def _l2_pre(config: dict, a: torch.Tensor, waits: bool, gemm: int) -> int:
+    """L2_PRE of a tc GEMM's launch (GEMM1: lines a weight row, GEMM2: slots): the config's,
+    else FUSEDMOE_TC_L2_PRE's (``tc_l2_pre``), else the rule: TC_L2_PRE_GEMM1 for GEMM1 on the
+    GPUs of TC_L2_PRE_ON, 0 for GEMM2. 0 where the launch does not wait for the kernel before
+    it (nothing to overlap) or off CUDA (the hint is inline PTX)."""
+    if not waits or not a.is_cuda:
+        return 0
+    if "L2_PRE" in config:
+        n = int(config["L2_PRE"])
+    else:
+        from .decode import _device_name
+        n = l2_pre_default(_device_name(a.device.index or 0), gemm)
+    return next_power_of_2(n) if n > 0 and gemm == 0 else n      # (GEMM1: a tl.arange length)
+
+
+def l2_pre_default(device_name: str, gemm: int) -> int:
+    """L2_PRE of a tc GEMM (0: GEMM1, 1: GEMM2) without a config value: FUSEDMOE_TC_L2_PRE's,
+    else TC_L2_PRE_GEMM1 for GEMM1 on the GPUs of TC_L2_PRE_ON, else 0 (also ``explain``'s)."""
+    v = env.tc_l2_pre()
+    if v is not None:
+        return v[gemm]
+    return TC_L2_PRE_GEMM1 if gemm == 0 and any(n in device_name for n in TC_L2_PRE_ON) else 0
+
+
 # positions of the per-call tensors in the launch arguments (launcher.Bound slots)
 TC_GEMM1_SLOTS = dict(x=0, out=2, a_scale=4, ids=6, map=7)
 TC_GEMM2_SLOTS = dict(h=0, out=2, a_scale=4, topk_weights=6, ids=7, map=8)
@@ -726,7 +802,8 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), table if table is not None else sync,
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait,
-            **_share_consts(config, table), **consts),
+            L2_PRE=_l2_pre(config, x, pdl_wait and not config.get("SHARE"), 0), **_share_consts(config, table),
+            **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl_wait)
 
 
@@ -758,7 +835,9 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
     ), dict(TOP_K=k, SLOTS=cdiv(k, groups), GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
-            BLOCK_K=config["BLOCK_K"], PDL=pdl, EARLY_W=min(1, early), EARLY_W_WRONG=early == 2, **consts),
+            BLOCK_K=config["BLOCK_K"], PDL=pdl, EARLY_W=min(1, early), EARLY_W_WRONG=early == 2,
+            L2_PRE=min(_l2_pre(config, h, pdl, 1), cdiv(k, groups)), L2_LINES=next_power_of_2(cdiv(K, 128)),
+            **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl)
 
 
