@@ -44,7 +44,7 @@ callers read them outside the forward pass (at construction / selection time).
 |                             | grouped path's activation rounding); ``tc`` as a8, with the   |
 |                             | GEMMs on the tensor cores (kernels/decode_tc.py); ``auto``    |
 |                             | (default): a16 for one token (H100: fp8_block two,            |
-|                             | fp8_channel four; H200: fp8_channel three), tc for more (the  |
+|                             | fp8_channel three; H200: fp8_channel two), tc for more (the   |
 |                             | fastest each: backends/triton.py auto_a16_max_t)              |
 | FUSEDMOE_H_QUANT            | where the ``triton`` grouped path quantizes GEMM2's input h   |
 |                             | for fp8_block / fp8_channel: ``kernel``: 16-bit h, then a     |

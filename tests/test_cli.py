@@ -253,7 +253,7 @@ def test_explain_auto_w8a8_decode_per_bucket(monkeypatch):
 
 def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     # the small-T rows where the W8A8 decode math changes: qwen3 fp8_channel on the H100 keeps
-    # 16-bit activations to T=4 and reads shared experts once at T=8 (64 pairs = E / 2); the
+    # 16-bit activations to T=3 (tc at T=4) and reads shared experts once at T=8 (64 pairs = E / 2); the
     # H200 switches to the tensor cores at T=3; deepseek tp8 (I = 256) never shares; 16-bit
     # weights list no extra rows
     from fusedmoe.backends.triton import _variants
@@ -266,7 +266,8 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     qwen = get_preset("qwen3-30b-a3b").to_config()
     h100 = _variants(qwen, QuantScheme.parse("fp8_channel"), Platform.resolve("h100"))
     assert [k for k in h100 if k.startswith("T=")][:6] == ["T=1", "T=2", "T=3", "T=4", "T=8", "T=16"]
-    assert "16-bit activations" in h100["T=4"] and "tensor cores" not in h100["T=4"]
+    assert "16-bit activations" in h100["T=3"] and "tensor cores" not in h100["T=3"]
+    assert "tensor cores" in h100["T=4"] and "16-bit activations" not in h100["T=4"]
     # one token reads the 8-bit weights as words (kernels/decode.py w4_mode); two tokens do not
     assert "int32 words" in h100["T=1"] and "int32 words" not in h100["T=2"]
     assert "tensor cores" in h100["T=8"] and "read once for all its pairs" in h100["T=8"]

@@ -28,7 +28,7 @@ Two paths, chosen per call by the pair count T*k (the selection report lists the
           'auto' = a16 for one token, tc up to min(E // 2, 128) pairs. Session 29: with the
           8-bit a16 tiles retuned, 'auto' takes a16 up to T = 3 for fp8_channel and T = 2 for
           fp8_block: qwen3 fp8_channel T=2 34.9 -> 32.4-33.4 us, T=3 48.9 -> 44.7-45.8
-          (auto_a16_max_t). Session 30: fp8_channel up to T = 4 on the H100; on the H200
+          (auto_a16_max_t). Session 30: fp8_channel up to T = 4 on the H100 (3 from session 34); on the H200
           fp8_channel up to T = 3, fp8_block one token (auto_a16_max_t(quant, platform)). The
           tc GEMMs read an expert's weights once for all its pairs from E / 2 pairs on where
           I >= 512 (kernels/decode_tc.py tc_share: qwen3 fp8 T=8 103.3 -> 97.2 us).
@@ -130,11 +130,14 @@ def auto_a16_max_t(quant, platform=None) -> int:
       * H200 (session 32, the tc rules of sessions 31-32): qwen3 fp8_channel T=2 27.23 / 27.01
         (even: the more accurate wins), T=3 39.68 / 38.47, T=4 48.69 / 45.44; deepseek T=2
         37.23 / 32.64;
+      * H100 (session 34, `fusedmoe bench` two alternating rounds in one process; tc GEMM1 with its
+        L2 hints, kernels/decode_tc.py L2_PRE): qwen3 fp8_channel T=3 47.1 / 46.7 (even: the more
+        accurate wins), T=4 59.6 / 58.3 (tc 2.2% ahead): fp8_channel's bound 4 -> 3;
       * fp8_tensor: not measured, one token.
     ``platform`` (backends' Platform) None: the H100 rule."""
     if platform is not None and "H200" in getattr(platform, "name", ""):
         return {QuantMethod.FP8_CHANNEL: 2}.get(quant.method, 1)
-    return {QuantMethod.FP8_CHANNEL: 4, QuantMethod.FP8_BLOCK: 2}.get(quant.method, 1)
+    return {QuantMethod.FP8_CHANNEL: 3, QuantMethod.FP8_BLOCK: 2}.get(quant.method, 1)
 
 
 def decode_pdl_ok(platform) -> bool:
