@@ -86,9 +86,12 @@ def run(case: str, T: int, reps: int = 200, warm_study: bool = False):
     return out
 
 
-def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda"):
+def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda", source: bool = False):
     """Which fresh object starts a slow state: new weights, new input sets, or a new graph?
-    Consecutive 5-replay medians (us per call) from the first replay after each."""
+    Consecutive 5-replay medians (us per call) from the first replay after each. ``source``
+    (--source, session 34's question): new weights drawn on the GPU instead of the host, and
+    cloned weights after an unrelated pageable host-to-device copy of the same size (is the
+    copy what starts it?), after a host sleep of the copy's length, and after a copy on the GPU."""
     import time
     from fusedmoe.bench import harness as hz
     from fusedmoe.layer import prepare_experts
@@ -111,8 +114,32 @@ def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda")
         a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
         hz._warm_up(lambda: a @ a, ms)
 
+    def gpu_drawn():        # make_weights' draw, on the GPU (no host tensor, no host-to-device copy)
+        from fusedmoe.weights import ExpertWeights
+        g = torch.Generator(device=device).manual_seed(1)
+        E, N, H, I = cfg.num_local_experts, cfg.n13, cfg.hidden_size, cfg.intermediate_size
+        w13 = (torch.randn(E, N, H, generator=g, device=device) / H ** 0.5).to(cfg.torch_dtype)
+        w2 = (torch.randn(E, H, I, generator=g, device=device) / I ** 0.5).to(cfg.torch_dtype)
+        return hz.make_weights(cfg, scheme, device, base=ExpertWeights(w13, w2))
+
+    def host_copy(nbytes, kind):    # unrelated traffic of the weights' size before cloning them
+        if kind == "h2d":
+            host = torch.empty(nbytes, dtype=torch.uint8).fill_(1)
+            t0 = time.perf_counter()
+            dev = host.to(device)
+            torch.cuda.synchronize()
+            return dev, time.perf_counter() - t0
+        if kind == "d2d":
+            a = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
+            return a.clone(), 0.0
+        return None, 0.0
+
     w = pe = sets = None
+    copy_s = 0.5
     steps = ("new weights", "new graph", "new input sets", "new graph", "new weights")
+    if source:
+        steps = ("new weights", "new weights drawn on the GPU", "cloned weights after a host-to-device copy",
+                 "cloned weights after a host sleep", "cloned weights after a GPU copy", "new weights")
     if extended:
         steps += ("cloned weights", "cloned weights, each tensor read 5 times first",
                   "cloned weights, 50 ms of other GPU work first", "cloned weights after empty_cache",
@@ -122,12 +149,23 @@ def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda")
         if step == "new weights":
             w = hz.make_weights(cfg, scheme, device, seed=0)
             first = first or w
+        elif step == "new weights drawn on the GPU":
+            w = gpu_drawn()
         elif step == "the first weights again":
             w = first
         elif step.startswith("cloned weights"):
             if "empty_cache" in step:
                 pe = g = None
                 torch.cuda.empty_cache()
+            if "host-to-device copy" in step:
+                junk, copy_s = host_copy(hz.total_weight_bytes(w), "h2d")
+                print(f"   (host-to-device copy of {hz.total_weight_bytes(w) / 1e9:.2f} GB: {copy_s * 1e3:.0f} ms)")
+                del junk
+            elif "host sleep" in step:
+                time.sleep(copy_s)
+            elif "GPU copy" in step:
+                junk, _ = host_copy(hz.total_weight_bytes(w), "d2d")
+                del junk
             w = cloned(w)
             if "read 5 times" in step:
                 for _ in range(5):
@@ -152,6 +190,8 @@ def main(argv=None):
     ap.add_argument("--fresh-study", action="store_true", help="which fresh object starts a slow state")
     ap.add_argument("--extended", action="store_true", help="--fresh-study: also cloned weights, read first, "
                     "other GPU work first, after empty_cache, the first weights again")
+    ap.add_argument("--source", action="store_true", help="--fresh-study: weights drawn on the GPU; cloned "
+                    "weights after a host-to-device copy, a host sleep, a GPU copy")
     ap.add_argument("--mode", default=None, help="FUSEDMOE_W8A8_DECODE for the run (a16 / tc / auto)")
     a = ap.parse_args(argv)
     if a.mode:
@@ -159,7 +199,7 @@ def main(argv=None):
     if a.fresh_study:
         for case in a.case.split(","):
             for T in a.tokens.split(","):
-                fresh_study(case, int(T), a.extended)
+                fresh_study(case, int(T), a.extended, source=a.source)
         return 0
     for case in a.case.split(","):
         for T in a.tokens.split(","):
