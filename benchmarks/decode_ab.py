@@ -149,7 +149,7 @@ def tc_sweep(cfg, w, sets, bw, quick=False):
              for bn in (64, 128) for bk in bks for g in (1, 2, 4, 8) if g <= k]
     rows = []
     for gemm, grid, dflt in (("gemm1", grid1, d1), ("gemm2", grid2, d2)):
-        stages = [dict(dflt, num_stages=st) for st in ((2, 3, 6) if not quick else ())]
+        stages = [dict(dflt, num_stages=st) for st in ((2, 3, 6, 8) if not quick else ())]
         for c in grid + stages + [dict(dflt, default=True)]:
             cc = {key: v for key, v in c.items() if key != "default"}
             if gemm == "gemm1":
