@@ -162,7 +162,8 @@ def decode_w4() -> bool | None:
 
 def tc_early_w() -> bool:
     """FUSEDMOE_TC_EARLY_W 1: the tensor-core decode GEMM2 loads its first weight tile before it
-    waits for h (kernels/decode_tc.py EARLY_W; off by default: not yet measured on a GPU)."""
+    waits for h (kernels/decode_tc.py EARLY_W; off by default: on the H100 it gains 1-3% at T=2
+    and loses 1-5% at T=3, docs/BENCHMARKS.md thirty-fourth section)."""
     return bool(_switch("FUSEDMOE_TC_EARLY_W"))
 
 

@@ -351,7 +351,7 @@ def test_tc_gemm2_early_weights(scheme):
 
 
 def test_tc_early_w_switch(monkeypatch):
-    # FUSEDMOE_TC_EARLY_W reaches GEMM2's launch (off by default: not measured on a GPU yet);
+    # FUSEDMOE_TC_EARLY_W reaches GEMM2's launch (off by default: mixed on the H100, session 34);
     # a config's EARLY_W wins over it
     from fusedmoe.kernels.decode_tc import tc_gemm2_launch
     scheme = SCHEMES[0]

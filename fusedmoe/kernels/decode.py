@@ -798,9 +798,9 @@ def _map_args(topk_ids, expert_map, E):
 
 def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_scale, b_scale, block_shape,
            quantize_a, scale_pow2, config, gemm2=False):
-    tokens = topk_ids.shape[0]
     """What both wrappers compute before a launch: (config, the pointer / count / stride
     arguments from the ids to the scale strides, the shared constexprs)."""
+    tokens = topk_ids.shape[0]
     if config is None:
         config = dict(_cached_config(rows, programs, n_out, K, w.element_size(), _num_sms(a.device),
                                      block_shape[1] if quant == "block" else None, gemm2))

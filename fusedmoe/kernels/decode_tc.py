@@ -232,23 +232,23 @@ def _tc_gemm1_kernel(
     addresses, and a stale expert only costs the lines it fetched."""
     if PDL:
         gdc_launch_dependents()
-    if L2_PRE > 0:
-        tl.static_assert(not SHARE, "L2_PRE: not with SHARE (its table is written in this chain)")
-        ROWS_P: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
-        sp = tl.program_id(2).to(tl.int64)
-        ep = _local_expert(ids_ptr, map_ptr, sp, sp >= 0, num_global, E, HAS_MAP)
-        if ep >= 0:
-            rp = tl.arange(0, ROWS_P)
-            np_ = tl.program_id(0) * BLOCK_N + rp % BLOCK_N
-            wp = tl.where(np_ < N_OUT, np_, 0) + (rp // BLOCK_N) * N_OUT
-            k_lo_p = tl.program_id(1) * (tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K)
-            _l2_hint_rows(w_ptr + ep.to(tl.int64) * stride_we + wp.to(tl.int64) * stride_wn, k_lo_p, K, stride_wk,
-                          L2_PRE, 128)
-    if PDL_WAIT:
-        gdc_wait()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     s = tl.program_id(2).to(tl.int64)
+    ROWS: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
+    r = tl.arange(0, ROWS)
+    offs_n = pid_n * BLOCK_N + r % BLOCK_N
+    wrows = tl.where(offs_n < N_OUT, offs_n, 0) + (r // BLOCK_N) * N_OUT           # gate rows, then up rows
+    per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    k_lo = pid_k * per
+    if L2_PRE > 0:
+        tl.static_assert(not SHARE, "L2_PRE: not with SHARE (its table is written in this chain)")
+        ep = _local_expert(ids_ptr, map_ptr, s, s >= 0, num_global, E, HAS_MAP)
+        if ep >= 0:
+            _l2_hint_rows(w_ptr + ep.to(tl.int64) * stride_we + wrows.to(tl.int64) * stride_wn, k_lo, K, stride_wk,
+                          L2_PRE, 128)
+    if PDL_WAIT:
+        gdc_wait()
     cols = tl.arange(0, 16)
     if SHARE:
         tl.static_assert(SPLIT_K == 1, "SHARE: one K slice")
@@ -259,10 +259,6 @@ def _tc_gemm1_kernel(
         prs = s + cols * 0
         col_ok = cols == 0
     if go:
-        ROWS: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
-        r = tl.arange(0, ROWS)
-        offs_n = pid_n * BLOCK_N + r % BLOCK_N
-        wrows = tl.where(offs_n < N_OUT, offs_n, 0) + (r // BLOCK_N) * N_OUT       # gate rows, then up rows
         e64 = e.to(tl.int64)
         t = s // TOP_K
         toks = prs.to(tl.int64) // TOP_K                                         # [16]: each column's token
@@ -272,8 +268,6 @@ def _tc_gemm1_kernel(
         as_ptr = a_scale_ptr + t * stride_asm
         as_cols = a_scale_ptr + toks * stride_asm
         bs_e = b_scale_ptr + e64 * stride_bse
-        per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-        k_lo = pid_k * per
         k_hi = tl.minimum(K, k_lo + per)
         if INT8 and A_SCALE != 3 and B_SCALE != 3:
             acc = tl.zeros((ROWS, 16), dtype=tl.int32)
