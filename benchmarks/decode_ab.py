@@ -147,6 +147,8 @@ def tc_sweep(cfg, w, sets, bw, quick=False):
              for bn in (32, 64) for bk in bks for sp in (1, 2, 4, 8)]
     grid2 = [dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=g, num_warps=4, num_stages=4)
              for bn in (64, 128) for bk in bks for g in (1, 2, 4, 8) if g <= k]
+    if gk is not None and H > 2048:         # GEMM1 steps of two scale groups (TC_GEMM1_BLOCK_GROUPS 2)
+        grid1 += [dict(d1, BLOCK_K=2 * gk, num_stages=st) for st in (3, 4, 5)]
     rows = []
     for gemm, grid, dflt in (("gemm1", grid1, d1), ("gemm2", grid2, d2)):
         stages = [dict(dflt, num_stages=st) for st in ((2, 3, 6, 8) if not quick else ())]
@@ -343,7 +345,8 @@ def main():
             for g in ("gemm1", "gemm2"):
                 ok = sorted((r for r in rows if r["gemm"] == g and "us" in r), key=lambda r: r["us"])
                 bad = [r for r in rows if r["gemm"] == g and "error" in r]
-                for r in ok[:6] + [r for r in ok if r.get("default")]:
+                more = [r for r in ok[6:] if r.get("default") or ("block" in case and r["BLOCK_K"] == 256)]
+                for r in ok[:6] + more:                 # (block scales: BK 256 is two groups a step)
                     extra = {key: r[key] for key in ("SPLIT_K", "GROUPS") if key in r}
                     print(f"T {case:32s} {g} {'default ' if r.get('default') else ''}BN{r['BLOCK_N']} "
                           f"BK{r['BLOCK_K']} {extra} s{r['num_stages']} {r['us']:7.2f} us {r['gbps']:6.0f} GB/s "

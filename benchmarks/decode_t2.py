@@ -119,9 +119,12 @@ RULES = {"new": (128, 4096, True), "old": (256, 8192, False), "g1new": (256, 409
 # "tcds3": GEMM1 splits K until 1.5 waves at K = 7168, i.e. 2 splits at T=3; "tcdsx": all three).
 # Since session 32 "tcds" is the shipped rule set (GEMM1's 6 stages bounded by
 # TC_GEMM1_LONG_K_PROGRAMS, which these tuples leave at its value) and "tcnew" the one before it
-TC_RULES = {"tcnew": (3, 2.5, 4, 4, 1.0), "tcold": (4, 4, 4, 4, 1.0), "tcg1new": (3, 4, 4, 4, 1.0),
-            "tcg2new": (4, 2.5, 4, 4, 1.0), "tcds": (3, 2.5, 6, 2, 1.0), "tcds1": (3, 2.5, 6, 4, 1.0),
-            "tcds2": (3, 2.5, 4, 2, 1.0), "tcds3": (3, 2.5, 4, 4, 1.5), "tcdsx": (3, 2.5, 6, 2, 1.5)}
+# Session 35: "tcg2sN", GEMM1 K steps of two 128-wide block-scale groups (TC_GEMM1_BLOCK_GROUPS 2,
+# 20 KB a stage) with N stages (shared memory: two programs an SM up to 5), against "tcds".
+TC_RULES = {"tcnew": (3, 2.5, 4, 4, 1.0, 1), "tcold": (4, 4, 4, 4, 1.0, 1), "tcg1new": (3, 4, 4, 4, 1.0, 1),
+            "tcg2new": (4, 2.5, 4, 4, 1.0, 1), "tcds": (3, 2.5, 6, 2, 1.0, 1), "tcds1": (3, 2.5, 6, 4, 1.0, 1),
+            "tcds2": (3, 2.5, 4, 2, 1.0, 1), "tcds3": (3, 2.5, 4, 4, 1.5, 1), "tcdsx": (3, 2.5, 6, 2, 1.5, 1),
+            "tcg2s3": (3, 2.5, 3, 2, 1.0, 2), "tcg2s4": (3, 2.5, 4, 2, 1.0, 2), "tcg2s5": (3, 2.5, 5, 2, 1.0, 2)}
 
 
 def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "g2new")):
@@ -135,7 +138,8 @@ def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "
     if all(v in TC_RULES for v in variants):
         # (TC_RULES_OLD_ON emptied: the rules given apply on every platform during the A/B)
         mod, attrs, table, mode = (tc, ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K", "TC_GEMM1_STAGES_LONG_K",
-                                        "TC_GEMM2_STAGES_SHORT_K", "TC_GEMM1_SPLIT_WAVES_LONG_K", "TC_RULES_OLD_ON"),
+                                        "TC_GEMM2_STAGES_SHORT_K", "TC_GEMM1_SPLIT_WAVES_LONG_K", "TC_GEMM1_BLOCK_GROUPS",
+                                        "TC_RULES_OLD_ON"),
                                    {v: r + ((),) for v, r in TC_RULES.items()}, "tc")
     else:
         mod, attrs, table, mode = dk, ("BK8_FLOOR", "GEMM1_STEP8", "TILES_ONE_STEP_ONLY"), RULES, "a16"

@@ -216,6 +216,40 @@ def test_tc_share_block_scales_and_determinism():
     assert _rel(out, gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=hs, b_scale=b2, block=block)) < 1e-2
 
 
+@pytest.mark.parametrize("H", [64, 96], ids=["K-whole-steps", "K-last-group-past-K"])
+def test_tc_gemm1_several_block_groups_a_step(H):
+    # GEMM1 with BLOCK_K 64 over (16, 32) block scales: two dots a step, each with its group's
+    # scales (SUB_K). H = 96: three groups, so the last step's second group lies past K (its dot
+    # is zero and its scale index is clamped in bounds). Exact operands: h equals, bitwise,
+    # the one-group-a-step result, unsplit, split and SHARE; and the reference to bf16
+    from fusedmoe.kernels.decode_tc import tc_gemm1_launch
+    scheme = SCHEMES[3]
+    quant, block = scheme[0], scheme[4]
+    T, k = 3, 4
+    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H, I_BLK, seed=6)
+    tw, ids = _routing(T, E, k, seed=9)
+    ref = gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1, block=block)
+    table = torch.full((T * k, 16), 7, dtype=torch.int32, device=DEV)
+    from fusedmoe.kernels.decode_tc import share_table_launch
+    launch(*share_table_launch(ids, table, E))
+
+    def h_of(c1):
+        (p1, s1), _ = scratch(T, k, I_BLK, H, c1, CFGS[0][1], True, DEV)
+        h = torch.full((T * k, I_BLK), float("nan"), dtype=torch.bfloat16, device=DEV)
+        launch(*tc_gemm1_launch(x, w13, ids, "silu", h, p1, s1, quant=quant, a_scale=a1, b_scale=b1,
+                                block_shape=block, config=dict(c1), table=table if c1.get("SHARE") else None))
+        assert not s1.any()
+        return h
+    one = h_of(dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=1))
+    assert _rel(one, ref) < 1e-2
+    for c1 in (dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=1), dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=2),
+               dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=1, SHARE=True)):
+        assert torch.equal(h_of(c1), one), c1
+    # a BLOCK_K neither a divisor nor a multiple of the group: named
+    with pytest.raises(ValueError, match="BLOCK_K 48 must divide or be a multiple of the scale group 32"):
+        h_of(dict(BLOCK_N=16, BLOCK_K=48, SPLIT_K=1))
+
+
 def test_tc_decode_empty_and_bad_operands():
     scheme = SCHEMES[0]
     x, w13, w2, a1, b1, b2 = _case(scheme, 1, 2, H_ODD, I_ODD)
@@ -258,6 +292,17 @@ def test_tc_config_rules(monkeypatch):
     assert tc_config("gemm1", 8, 256, 7168, 8, group_k=128, num_sms=132)["num_stages"] == 4   # T=1
     # deepseek's GEMM1 splits only below one wave of programs: 2 at T=2 (128 tiles), none at T=3
     assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["SPLIT_K"] for T in (1, 2, 3, 4)] == [4, 2, 1, 1]
+    # GEMM1's K step takes TC_GEMM1_BLOCK_GROUPS scale groups at T = 2..4 (one at T=1, T >= 5,
+    # under SHARE, at K <= 2048), the splits unchanged
+    import fusedmoe.kernels.decode_tc as dtc
+    dflt = [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["BLOCK_K"] for T in (1, 2, 3, 4, 5)]
+    assert dflt == [128] + [128 * dtc.TC_GEMM1_BLOCK_GROUPS] * 3 + [128]
+    monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS", 2)
+    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["BLOCK_K"] for T in (1, 2, 3, 4, 5)] == \
+        [128, 256, 256, 256, 128]
+    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["SPLIT_K"] for T in (1, 2, 3, 4)] == [4, 2, 1, 1]
+    assert tc_config("gemm1", 16, 256, 2048, 8, group_k=128)["BLOCK_K"] == 128
+    monkeypatch.undo()
     # the same rules on the H100 and the H200 (both measured); a GPU named in TC_RULES_OLD_ON
     # would keep session 30's (4 stages, groups to 4 programs an SM)
     for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", ""):
@@ -438,3 +483,38 @@ def test_gpu_tc_l2_pre_same_bits(model, tp, scheme, monkeypatch):
         assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0]), T
         ref = reference_moe(x, w, tw, ids, cfg, quantize_activations=True)
         assert rel_error(outs[0], ref) <= tolerance("bfloat16", w.scheme.method), T
+
+
+@pytest.mark.gpu
+def test_gpu_tc_block_groups_same_bits(monkeypatch):
+    # TC_GEMM1_BLOCK_GROUPS 2 (deepseek-v3 tp8 fp8_block GEMM1 K steps of two 128-wide scale
+    # groups, one dot and one scaling each) adds the same products in the same order as one group
+    # a step: the layer's output is bitwise the same at T = 2, 3, 4 (the T = 2..4 rule), and
+    # within the scheme's tolerance of the reference
+    if not _CUDA or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("fp8 wgmma tiles: sm90")
+    import fusedmoe.kernels.decode_tc as dtc
+    from fusedmoe.bench.harness import make_weights
+    from fusedmoe.layer import prepare_experts
+    from fusedmoe.presets import get_preset
+    from fusedmoe.reference.moe import reference_moe
+    from fusedmoe.tolerances import rel_error, tolerance
+    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
+    cfg = get_preset("deepseek-v3").to_config(tp=8)
+    w = make_weights(cfg, "fp8_block", "cuda", seed=4)
+    for T in (2, 3, 4):
+        g = torch.Generator(device="cuda").manual_seed(10 + T)
+        x = torch.randn(T, cfg.hidden_size, generator=g, device="cuda", dtype=torch.bfloat16)
+        logits = torch.randn(T, cfg.num_experts, generator=g, device="cuda")
+        tw, ids = torch.topk(logits.softmax(-1), cfg.top_k, dim=-1)
+        ids = ids.to(torch.int32)
+        outs = []
+        for groups in (1, 2):
+            monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS", groups)
+            assert dtc.tc_config("gemm1", T * cfg.top_k, cfg.intermediate_size, cfg.hidden_size, cfg.top_k,
+                                 group_k=128)["BLOCK_K"] == 128 * groups
+            outs.append(prepare_experts(cfg, w, "triton")(x, tw, ids))
+        torch.cuda.synchronize()
+        assert torch.equal(outs[1], outs[0]), T
+        ref = reference_moe(x, w, tw, ids, cfg, quantize_activations=True)
+        assert rel_error(outs[1], ref) <= tolerance("bfloat16", w.scheme.method), T

@@ -220,11 +220,15 @@ def _tc_gemm1_kernel(
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     PDL: tl.constexpr = False, PDL_WAIT: tl.constexpr = False, SHARE: tl.constexpr = False,
-    L2_PRE: tl.constexpr = 0,
+    L2_PRE: tl.constexpr = 0, SUB_K: tl.constexpr = 0,
 ):
     """Grid (N tiles, SPLIT_K, pairs). A program: BN gate rows and BN up rows of its pair's
     expert (ROWS = 2 BN; BN rows when not gated) over its K slice. SHARE (SPLIT_K 1): the
     pair's program leads the pairs of its table row or does nothing.
+
+    SUB_K > 0 (``_sub_k``): the width of one dot, BLOCK_K // SUB_K dots a K step: block scales
+    with BLOCK_K a multiple of their group take one dot a group, each scaled by its own
+    factors, so that a step (a pipeline stage) may read several groups. 0: BLOCK_K.
 
     L2_PRE > 0 (``tc_l2_pre``; PDL_WAIT, not SHARE, CUDA): before the wait for x, the program
     asks L2 for the first L2_PRE lines of each of its weight rows (``_l2_hint_rows``), from
@@ -262,7 +266,8 @@ def _tc_gemm1_kernel(
         e64 = e.to(tl.int64)
         t = s // TOP_K
         toks = prs.to(tl.int64) // TOP_K                                         # [16]: each column's token
-        kk = tl.arange(0, BLOCK_K)
+        DK: tl.constexpr = SUB_K if SUB_K > 0 else BLOCK_K
+        kk = tl.arange(0, DK)
         w_rows = w_ptr + e64 * stride_we + wrows.to(tl.int64)[:, None] * stride_wn
         x_row = x_ptr + toks[None, :] * stride_xm
         as_ptr = a_scale_ptr + t * stride_asm
@@ -274,18 +279,24 @@ def _tc_gemm1_kernel(
         else:
             acc = tl.zeros((ROWS, 16), dtype=tl.float32)
         for k0 in range(k_lo, k_hi, BLOCK_K):
-            ks = k0 + kk
-            part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K, col_ok, INT8)
-            if SHARE and (A_SCALE == 3 or B_SCALE == 3):
-                f = _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
-                               0, B_SCALE, GROUP_N, GROUP_K, True, False)
-                acc += part.to(tl.float32) * (f[:, None] * _col_scale(as_cols, col_ok, k0, stride_ask, A_SCALE,
-                                                                       GROUP_K, True, False)[None, :])
-            elif A_SCALE == 3 or B_SCALE == 3:
-                acc += part.to(tl.float32) * _row_scale(as_ptr, bs_e, wrows, k0, stride_ask, stride_bsn, stride_bsk,
-                                                        A_SCALE, B_SCALE, GROUP_N, GROUP_K, True, False)[:, None]
-            else:
-                acc += part
+            for j in tl.static_range(BLOCK_K // DK):                                  # scale groups a step
+                kj = k0 + j * DK
+                ks = kj + kk
+                part = _tile_dot(w_rows + ks[None, :] * stride_wk, x_row + ks[:, None] * stride_xk, ks < K, col_ok,
+                                 INT8)
+                if DK < BLOCK_K:
+                    kj = tl.minimum(kj, K - 1)        # a group past K (its dot is zero): an existing scale
+                if SHARE and (A_SCALE == 3 or B_SCALE == 3):
+                    f = _row_scale(as_ptr, bs_e, wrows, kj, stride_ask, stride_bsn, stride_bsk,
+                                   0, B_SCALE, GROUP_N, GROUP_K, True, False)
+                    acc += part.to(tl.float32) * (f[:, None] * _col_scale(as_cols, col_ok, kj, stride_ask, A_SCALE,
+                                                                           GROUP_K, True, False)[None, :])
+                elif A_SCALE == 3 or B_SCALE == 3:
+                    acc += part.to(tl.float32) * _row_scale(as_ptr, bs_e, wrows, kj, stride_ask, stride_bsn,
+                                                            stride_bsk, A_SCALE, B_SCALE, GROUP_N, GROUP_K, True,
+                                                            False)[:, None]
+                else:
+                    acc += part
         if SHARE:
             f = _row_scale(as_ptr, bs_e, wrows, 0, stride_ask, stride_bsn, stride_bsk,
                            0, B_SCALE, GROUP_N, GROUP_K, False, True)
@@ -613,6 +624,9 @@ TC_GEMM1_STAGES_LONG_K = 6         # GEMM1 stages where K > 2048, not SHARE, pro
 TC_GEMM1_LONG_K_PROGRAMS = 2       # ... the bound: this x SMs programs (tiles x splits)
 TC_GEMM2_STAGES_SHORT_K = 2        # GEMM2 stages where K < 512, not SHARE (old: 4)
 TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this x SMs, K > 2048
+# Session 35: GEMM1 K steps of this many block-scale groups where K > 2048, not SHARE (one dot a
+# group, SUB_K): deepseek-v3 tp8's GEMM1 reads one 128-byte group a step, 64 rows x 128 B a stage
+TC_GEMM1_BLOCK_GROUPS = 1
 # GPUs (names containing these) that keep session 30's rules (none: session 32 measured the
 # H200, where the rules gain as on the H100: qwen3 int8 T=3 40.91 -> 38.24 us)
 TC_RULES_OLD_ON: tuple = ()
@@ -642,7 +656,8 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     TC_GEMM1_LONG_K_PROGRAMS an SM (else 4). GEMM2 splits the slots while there are fewer
     than 4 programs per SM (qwen3 and deepseek tp8 at T=1: one slot a program measured best),
     TC_GEMM2_PROGRAMS_LONG_K for K >= 512 (qwen3 T = 3, 4: two slots a program), and takes
-    TC_GEMM2_STAGES_SHORT_K stages where K < 512; all these at T = 2..4 only. H100
+    TC_GEMM2_STAGES_SHORT_K stages where K < 512; GEMM1 with block scales and K > 2048 steps
+    TC_GEMM1_BLOCK_GROUPS scale groups at a time; all these at T = 2..4 only. H100
     (benchmarks/decode_ab.py section T, decode_t2.py --rule-ab) and H200 (decode_t2.py).
     ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
     GEMM2's K): expert-shared programs;
@@ -663,6 +678,8 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         bk = max(16, next_power_of_2(K))
     if gemm == "gemm1":
         bn = 32 if gated else 64
+        if s31 and not share and K > 2048 and bk == group_k and group_k * TC_GEMM1_BLOCK_GROUPS <= 512:
+            bk = group_k * TC_GEMM1_BLOCK_GROUPS                              # several groups a step
         tiles = cdiv(n_out, bn) * pairs_or_tokens
         nk = cdiv(K, bk)
         split = 1
@@ -686,12 +703,20 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4, num_stages=stages)
 
 
-def _check(a, w, quant, block_shape, bk) -> None:
+def _check(a, w, quant, block_shape, bk, groups_ok=False) -> None:
+    """Operand dtypes, and BLOCK_K against the block scales' K group: a divisor of it, or
+    (``groups_ok``: GEMM1, whose steps take one dot a group) a multiple."""
     if a.dtype not in (torch.float8_e4m3fn, torch.int8) or w.dtype != a.dtype:
         raise ValueError(f"tensor-core decode: 8-bit activations and weights of one dtype "
                          f"(fp8 e4m3 or int8), got {a.dtype} x {w.dtype}; use kernels/decode.py for others")
-    if quant == "block" and block_shape[1] % bk:
-        raise ValueError(f"tensor-core decode: BLOCK_K {bk} must divide the scale group {block_shape[1]}")
+    if quant == "block" and block_shape[1] % bk and not (groups_ok and bk % block_shape[1] == 0):
+        what = "divide or be a multiple of" if groups_ok else "divide"
+        raise ValueError(f"tensor-core decode: BLOCK_K {bk} must {what} the scale group {block_shape[1]}")
+
+
+def _sub_k(quant, block_shape, bk) -> int:
+    """GEMM1's SUB_K: the scale group where a step reads several (block scales), else 0."""
+    return block_shape[1] if quant == "block" and bk > block_shape[1] else 0
 
 
 def scratch_sizes(T: int, top_k: int, n_out1: int, H: int, cfg1: dict, cfg2: dict, gated: bool = True) -> tuple:
@@ -786,7 +811,7 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
     if config is None:
         config = tc_config("gemm1", T * k, n_out, K, k, gated, block_shape[1] if quant == "block" else None,
                            _num_sms(x.device))
-    _check(x, w13, quant, block_shape, config["BLOCK_K"])
+    _check(x, w13, quant, block_shape, config["BLOCK_K"], groups_ok=True)
     (sa, sb, ids, emap), counts, strides, consts = _common(x, w13, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
     return (_tc_gemm1_kernel, (cdiv(n_out, config["BLOCK_N"]), config["SPLIT_K"], T * k), (
@@ -796,7 +821,8 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), table if table is not None else sync,
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait,
-            L2_PRE=_l2_pre(config, x, pdl_wait and not config.get("SHARE"), 0), **_share_consts(config, table),
+            L2_PRE=_l2_pre(config, x, pdl_wait and not config.get("SHARE"), 0),
+            SUB_K=_sub_k(quant, block_shape, config["BLOCK_K"]), **_share_consts(config, table),
             **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl_wait)
 
