@@ -119,12 +119,14 @@ RULES = {"new": (128, 4096, True), "old": (256, 8192, False), "g1new": (256, 409
 # "tcds3": GEMM1 splits K until 1.5 waves at K = 7168, i.e. 2 splits at T=3; "tcdsx": all three).
 # Since session 32 "tcds" is the shipped rule set (GEMM1's 6 stages bounded by
 # TC_GEMM1_LONG_K_PROGRAMS, which these tuples leave at its value) and "tcnew" the one before it
-# Session 35: "tcg2sN", GEMM1 K steps of two 128-wide block-scale groups (TC_GEMM1_BLOCK_GROUPS 2,
-# 20 KB a stage) with N stages (shared memory: two programs an SM up to 5), against "tcds".
-TC_RULES = {"tcnew": (3, 2.5, 4, 4, 1.0, 1), "tcold": (4, 4, 4, 4, 1.0, 1), "tcg1new": (3, 4, 4, 4, 1.0, 1),
-            "tcg2new": (4, 2.5, 4, 4, 1.0, 1), "tcds": (3, 2.5, 6, 2, 1.0, 1), "tcds1": (3, 2.5, 6, 4, 1.0, 1),
-            "tcds2": (3, 2.5, 4, 2, 1.0, 1), "tcds3": (3, 2.5, 4, 4, 1.5, 1), "tcdsx": (3, 2.5, 6, 2, 1.5, 1),
-            "tcg2s3": (3, 2.5, 3, 2, 1.0, 2), "tcg2s4": (3, 2.5, 4, 2, 1.0, 2), "tcg2s5": (3, 2.5, 5, 2, 1.0, 2)}
+# Session 35: "tcg2sN", where "tcds" gives GEMM1 6 stages with block scales, K steps of two 128-wide
+# scale groups (TC_GEMM1_BLOCK_GROUPS 2, 20 KB a stage) and N stages (two programs an SM up to 5);
+# "tcg2s3" has shipped since. The last two numbers: TC_GEMM1_BLOCK_GROUPS, TC_GEMM1_STAGES_BLOCK_GROUPS
+_RULES_TC = {"tcnew": (3, 2.5, 4, 4, 1.0), "tcold": (4, 4, 4, 4, 1.0), "tcg1new": (3, 4, 4, 4, 1.0),
+             "tcg2new": (4, 2.5, 4, 4, 1.0), "tcds": (3, 2.5, 6, 2, 1.0), "tcds1": (3, 2.5, 6, 4, 1.0),
+             "tcds2": (3, 2.5, 4, 2, 1.0), "tcds3": (3, 2.5, 4, 4, 1.5), "tcdsx": (3, 2.5, 6, 2, 1.5)}
+TC_RULES = {**{v: r + (1, 3) for v, r in _RULES_TC.items()},
+            **{f"tcg2s{n}": _RULES_TC["tcds"] + (2, n) for n in (3, 4, 5)}}
 
 
 def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "g2new")):
@@ -136,11 +138,12 @@ def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "
     from fusedmoe.kernels import decode_tc as tc
     from fusedmoe.layer import prepare_experts
     if all(v in TC_RULES for v in variants):
-        # (TC_RULES_OLD_ON emptied: the rules given apply on every platform during the A/B)
+        # (TC_RULES_OLD_ON emptied, TC_GEMM1_BLOCK_GROUPS_ON every name: the rules given apply on
+        # every platform during the A/B)
         mod, attrs, table, mode = (tc, ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K", "TC_GEMM1_STAGES_LONG_K",
                                         "TC_GEMM2_STAGES_SHORT_K", "TC_GEMM1_SPLIT_WAVES_LONG_K", "TC_GEMM1_BLOCK_GROUPS",
-                                        "TC_RULES_OLD_ON"),
-                                   {v: r + ((),) for v, r in TC_RULES.items()}, "tc")
+                                        "TC_GEMM1_STAGES_BLOCK_GROUPS", "TC_RULES_OLD_ON", "TC_GEMM1_BLOCK_GROUPS_ON"),
+                                   {v: r + ((), ("",)) for v, r in TC_RULES.items()}, "tc")
     else:
         mod, attrs, table, mode = dk, ("BK8_FLOOR", "GEMM1_STEP8", "TILES_ONE_STEP_ONLY"), RULES, "a16"
     saved = tuple(getattr(mod, n) for n in attrs)

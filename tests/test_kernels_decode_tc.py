@@ -292,17 +292,17 @@ def test_tc_config_rules(monkeypatch):
     assert tc_config("gemm1", 8, 256, 7168, 8, group_k=128, num_sms=132)["num_stages"] == 4   # T=1
     # deepseek's GEMM1 splits only below one wave of programs: 2 at T=2 (128 tiles), none at T=3
     assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["SPLIT_K"] for T in (1, 2, 3, 4)] == [4, 2, 1, 1]
-    # GEMM1's K step takes TC_GEMM1_BLOCK_GROUPS scale groups at T = 2..4 (one at T=1, T >= 5,
-    # under SHARE, at K <= 2048), the splits unchanged
-    import fusedmoe.kernels.decode_tc as dtc
-    dflt = [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["BLOCK_K"] for T in (1, 2, 3, 4, 5)]
-    assert dflt == [128] + [128 * dtc.TC_GEMM1_BLOCK_GROUPS] * 3 + [128]
-    monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS", 2)
-    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["BLOCK_K"] for T in (1, 2, 3, 4, 5)] == \
-        [128, 256, 256, 256, 128]
-    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["SPLIT_K"] for T in (1, 2, 3, 4)] == [4, 2, 1, 1]
-    assert tc_config("gemm1", 16, 256, 2048, 8, group_k=128)["BLOCK_K"] == 128
-    monkeypatch.undo()
+    # session 35: on an H100, where that rule gives GEMM1 its 6 stages with 128-wide block scales,
+    # K steps of two groups (BK 256) and 3 stages; the splits unchanged; not at T=1 or T >= 5, not
+    # at K <= 2048, not with more than 2 programs an SM, not on other GPUs (unmeasured)
+    h100 = dict(device_name="NVIDIA H100 80GB HBM3")
+    got = [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, **h100) for T in (1, 2, 3, 4, 5)]
+    assert [(c["BLOCK_K"], c["num_stages"]) for c in got] == [(128, 4)] + [(256, 3)] * 3 + [(128, 4)]
+    assert [c["SPLIT_K"] for c in got[:4]] == [4, 2, 1, 1]
+    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, device_name="NVIDIA H200")["BLOCK_K"]
+            for T in (2, 3, 4)] == [128] * 3
+    assert tc_config("gemm1", 16, 256, 2048, 8, group_k=128, **h100)["BLOCK_K"] == 128
+    assert tc_config("gemm1", 16, 1536, 7168, 8, group_k=128, **h100)["BLOCK_K"] == 128   # 768 programs
     # the same rules on the H100 and the H200 (both measured); a GPU named in TC_RULES_OLD_ON
     # would keep session 30's (4 stages, groups to 4 programs an SM)
     for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", ""):
@@ -488,9 +488,9 @@ def test_gpu_tc_l2_pre_same_bits(model, tp, scheme, monkeypatch):
 @pytest.mark.gpu
 def test_gpu_tc_block_groups_same_bits(monkeypatch):
     # TC_GEMM1_BLOCK_GROUPS 2 (deepseek-v3 tp8 fp8_block GEMM1 K steps of two 128-wide scale
-    # groups, one dot and one scaling each) adds the same products in the same order as one group
-    # a step: the layer's output is bitwise the same at T = 2, 3, 4 (the T = 2..4 rule), and
-    # within the scheme's tolerance of the reference
+    # groups, one dot and one scaling each; the H100's default) adds the same products in the same
+    # order as one group a step: the layer's output is bitwise the same at T = 2, 3, 4 (the T = 2..4
+    # rule), and within the scheme's tolerance of the reference
     if not _CUDA or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("fp8 wgmma tiles: sm90")
     import fusedmoe.kernels.decode_tc as dtc
@@ -509,10 +509,11 @@ def test_gpu_tc_block_groups_same_bits(monkeypatch):
         tw, ids = torch.topk(logits.softmax(-1), cfg.top_k, dim=-1)
         ids = ids.to(torch.int32)
         outs = []
+        monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS_ON", ("",))        # whatever this GPU
         for groups in (1, 2):
             monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS", groups)
             assert dtc.tc_config("gemm1", T * cfg.top_k, cfg.intermediate_size, cfg.hidden_size, cfg.top_k,
-                                 group_k=128)["BLOCK_K"] == 128 * groups
+                                 group_k=128, device_name="any")["BLOCK_K"] == 128 * groups
             outs.append(prepare_experts(cfg, w, "triton")(x, tw, ids))
         torch.cuda.synchronize()
         assert torch.equal(outs[1], outs[0]), T

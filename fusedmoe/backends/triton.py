@@ -755,6 +755,21 @@ def _l2_pre_explained(platform, waits: bool) -> str:
     return f"; before their waits, {' and '.join(parts)} (FUSEDMOE_TC_L2_PRE)" if parts else ""
 
 
+def _tc_groups_explained(config, quant, platform, T) -> str:
+    """The tc GEMM1's K step where it spans several block-scale groups (kernels/decode_tc.py
+    TC_GEMM1_BLOCK_GROUPS): what ``tc_config`` gives the backend at T."""
+    if quant.method != QuantMethod.FP8_BLOCK or not quant.block_shape:
+        return ""
+    from ..kernels.decode_tc import tc_config
+    gk = quant.block_shape[1]
+    c1 = tc_config("gemm1", T * config.top_k, config.intermediate_size, config.hidden_size, config.top_k,
+                   config.is_gated, gk, platform.num_sms or 132, num_experts=config.num_local_experts,
+                   device_name=platform.name)
+    n = c1["BLOCK_K"] // gk
+    return (f"; GEMM1's K steps read {n} scale groups of {gk} each ({c1['num_stages']} stages, "
+            "TC_GEMM1_BLOCK_GROUPS: measured on this GPU)") if n > 1 else ""
+
+
 def _w4_explained(config, quant, platform, T) -> bool:
     """Whether the a16 decode at T reads its 8-bit weights as words (kernels/decode.py
     ``w4_wanted`` and ``w4_mode``'s conditions, from the config instead of tensors)."""
@@ -800,7 +815,7 @@ def _variants(config, quant, platform):
                              + (f"; 8-bit x 8-bit GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE={mode}, "
                                 "kernels/decode_tc.py)" if tc else "")
                              + _l2_pre_explained(platform, tc and pdl and not shared)
-
+                             + (_tc_groups_explained(config, quant, platform, T) if tc and not shared else "")
                              + (chain if pdl else ""))
             continue
         c1, c2 = lc.get(T)

@@ -624,9 +624,16 @@ TC_GEMM1_STAGES_LONG_K = 6         # GEMM1 stages where K > 2048, not SHARE, pro
 TC_GEMM1_LONG_K_PROGRAMS = 2       # ... the bound: this x SMs programs (tiles x splits)
 TC_GEMM2_STAGES_SHORT_K = 2        # GEMM2 stages where K < 512, not SHARE (old: 4)
 TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this x SMs, K > 2048
-# Session 35: GEMM1 K steps of this many block-scale groups where K > 2048, not SHARE (one dot a
-# group, SUB_K): deepseek-v3 tp8's GEMM1 reads one 128-byte group a step, 64 rows x 128 B a stage
-TC_GEMM1_BLOCK_GROUPS = 1
+# Session 35 (H100; scripts/gpu_s35_groups.sh, docs/BENCHMARKS.md thirty-fifth section): where the
+# rule above gives GEMM1 its 6 stages and the weights carry 128-wide block scales (deepseek-v3 tp8
+# fp8_block, K = 7168), a K step of two scale groups (BK 256: two dots, each scaled by its group,
+# SUB_K) with 3 stages buffers the same 60 KB a program in half the steps. GEMM1 alone: T=2 24.07
+# -> 23.95 us, T=3 34.19 -> 33.48, T=4 42.36 -> 41.46; the layer, best of 3 alternating rounds:
+# 39.85 -> 39.42, 54.47 -> 53.78, 67.32 -> 66.42 (4 stages: 39.16, 54.44, 66.15; 5: 39.33, 53.97,
+# 67.09). The output is bitwise the same (the same products added in the same order).
+TC_GEMM1_BLOCK_GROUPS = 2          # block-scale groups a GEMM1 K step there (1: one, as before)
+TC_GEMM1_STAGES_BLOCK_GROUPS = 3   # ... and its stages
+TC_GEMM1_BLOCK_GROUPS_ON: tuple = ("H100",)   # GPUs (names containing these) where it was measured
 # GPUs (names containing these) that keep session 30's rules (none: session 32 measured the
 # H200, where the rules gain as on the H100: qwen3 int8 T=3 40.91 -> 38.24 us)
 TC_RULES_OLD_ON: tuple = ()
@@ -656,8 +663,10 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     TC_GEMM1_LONG_K_PROGRAMS an SM (else 4). GEMM2 splits the slots while there are fewer
     than 4 programs per SM (qwen3 and deepseek tp8 at T=1: one slot a program measured best),
     TC_GEMM2_PROGRAMS_LONG_K for K >= 512 (qwen3 T = 3, 4: two slots a program), and takes
-    TC_GEMM2_STAGES_SHORT_K stages where K < 512; GEMM1 with block scales and K > 2048 steps
-    TC_GEMM1_BLOCK_GROUPS scale groups at a time; all these at T = 2..4 only. H100
+    TC_GEMM2_STAGES_SHORT_K stages where K < 512; GEMM1 with block scales, where it takes those
+    long-K stages, steps TC_GEMM1_BLOCK_GROUPS scale groups at a time with
+    TC_GEMM1_STAGES_BLOCK_GROUPS stages on the GPUs of TC_GEMM1_BLOCK_GROUPS_ON; all these at T =
+    2..4 only. H100
     (benchmarks/decode_ab.py section T, decode_t2.py --rule-ab) and H200 (decode_t2.py).
     ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
     GEMM2's K): expert-shared programs;
@@ -678,8 +687,6 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         bk = max(16, next_power_of_2(K))
     if gemm == "gemm1":
         bn = 32 if gated else 64
-        if s31 and not share and K > 2048 and bk == group_k and group_k * TC_GEMM1_BLOCK_GROUPS <= 512:
-            bk = group_k * TC_GEMM1_BLOCK_GROUPS                              # several groups a step
         tiles = cdiv(n_out, bn) * pairs_or_tokens
         nk = cdiv(K, bk)
         split = 1
@@ -690,6 +697,10 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         if s31 and not share:
             if K > 2048:
                 stages = TC_GEMM1_STAGES_LONG_K if tiles * split <= TC_GEMM1_LONG_K_PROGRAMS * num_sms else 4
+                if (stages == TC_GEMM1_STAGES_LONG_K and bk == group_k and TC_GEMM1_BLOCK_GROUPS > 1
+                        and group_k * TC_GEMM1_BLOCK_GROUPS <= 512
+                        and any(n in device_name for n in TC_GEMM1_BLOCK_GROUPS_ON)):
+                    bk, stages = group_k * TC_GEMM1_BLOCK_GROUPS, TC_GEMM1_STAGES_BLOCK_GROUPS
             elif split == 1:
                 stages = TC_GEMM1_STAGES_SHORT_K
         return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=stages)
