@@ -426,6 +426,7 @@ def test_tc_l2_pre_switch(monkeypatch):
     from fusedmoe.errors import ConfigError
     from fusedmoe.kernels import decode as dk
     from fusedmoe.kernels.decode_tc import TC_L2_PRE_GEMM1, _l2_pre
+    from fusedmoe.kernels.launcher import next_power_of_2
 
     class Cuda:
         is_cuda = True
@@ -444,6 +445,12 @@ def test_tc_l2_pre_switch(monkeypatch):
     assert _l2_pre({}, Cuda(), True, 0) == 4 and _l2_pre({}, Cuda(), True, 1) == 2
     assert _l2_pre({"L2_PRE": 0}, Cuda(), True, 0) == 0 and _l2_pre({"L2_PRE": 1}, Cuda(), True, 1) == 1
     assert _l2_pre({}, Cuda(), False, 0) == 0                       # no wait: nothing to overlap
+    assert _l2_pre({"SHARE": True}, Cuda(), True, 0) == 4           # SHARE's GEMM1 takes the variable too
+    monkeypatch.delenv("FUSEDMOE_TC_L2_PRE")
+    from fusedmoe.kernels.decode_tc import TC_L2_PRE_SHARE
+    monkeypatch.setattr(dk, "_device_name", lambda index: "NVIDIA H100 80GB HBM3")
+    assert _l2_pre({"SHARE": True}, Cuda(), True, 0) == (next_power_of_2(TC_L2_PRE_SHARE) if TC_L2_PRE_SHARE else 0)
+    monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", "3,2")
     assert _l2_pre({}, torch.empty(1), True, 0) == 0                # CPU / interpreter: no inline PTX
     for bad in ("x", "1,2,3", "-1", "1,"):
         monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", bad)
@@ -456,8 +463,9 @@ def test_tc_l2_pre_switch(monkeypatch):
                                              ("deepseek-v3", 8, "fp8_block")])
 def test_gpu_tc_l2_pre_same_bits(model, tp, scheme, monkeypatch):
     # L2_PRE (the tc GEMMs' L2 hints before their PDL waits) is a hint: the layer's output on the
-    # tensor-core chain is bitwise the same with it off and on (two settings) at T = 2, 3, 5, and
-    # within the scheme's tolerance of the reference
+    # tensor-core chain is bitwise the same with it off and on (two settings) at T = 2, 3, 5 and 8
+    # (qwen3: SHARE, whose GEMM1 hints each pair's expert), and within the scheme's tolerance of the
+    # reference
     if not _CUDA or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("fp8 / int8 wgmma tiles and PDL: sm90")
     from fusedmoe.bench.harness import make_weights
@@ -468,7 +476,7 @@ def test_gpu_tc_l2_pre_same_bits(model, tp, scheme, monkeypatch):
     monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
     cfg = get_preset(model).to_config(tp=tp)
     w = make_weights(cfg, scheme, "cuda", seed=3)
-    for T in (2, 3, 5):
+    for T in (2, 3, 5, 8):
         g = torch.Generator(device="cuda").manual_seed(T)
         x = torch.randn(T, cfg.hidden_size, generator=g, device="cuda", dtype=torch.bfloat16)
         logits = torch.randn(T, cfg.num_experts, generator=g, device="cuda")

@@ -743,13 +743,14 @@ def _tc_share(pairs: int, top_k: int, num_experts: int, intermediate: int) -> bo
     return tc_share(pairs, top_k, num_experts, intermediate)
 
 
-def _l2_pre_explained(platform, waits: bool) -> str:
-    """The tc chain's L2 hints (kernels/decode_tc.py L2_PRE) where GEMM1 waits for x's
-    quantization (a programmatic dependent launch, not SHARE): what ``_l2_pre`` will take."""
+def _l2_pre_explained(platform, waits: bool, shared: bool = False) -> str:
+    """The tc chain's L2 hints (kernels/decode_tc.py L2_PRE) where GEMM1 waits for the kernel
+    before it (a programmatic dependent launch): what ``_l2_pre`` will take (``shared``: the
+    SHARE GEMMs, whose GEMM2 has none)."""
     if not waits or platform.kind != "cuda":
         return ""
     from ..kernels.decode_tc import l2_pre_default
-    g1, g2 = (l2_pre_default(platform.name, g) for g in (0, 1))
+    g1, g2 = l2_pre_default(platform.name, 0, shared), 0 if shared else l2_pre_default(platform.name, 1)
     parts = ([f"GEMM1 asks L2 for the first {g1} lines of its weight rows"] if g1 else []) + (
         [f"GEMM2 for its first {g2} slots' rows"] if g2 else [])
     return f"; before their waits, {' and '.join(parts)} (FUSEDMOE_TC_L2_PRE)" if parts else ""
@@ -814,7 +815,7 @@ def _variants(config, quant, platform):
                                 if a16 and _w4_explained(config, quant, platform, T) else "")
                              + (f"; 8-bit x 8-bit GEMMs on the tensor cores (FUSEDMOE_W8A8_DECODE={mode}, "
                                 "kernels/decode_tc.py)" if tc else "")
-                             + _l2_pre_explained(platform, tc and pdl and not shared)
+                             + _l2_pre_explained(platform, tc and pdl, shared)
                              + (_tc_groups_explained(config, quant, platform, T) if tc and not shared else "")
                              + (chain if pdl else ""))
             continue

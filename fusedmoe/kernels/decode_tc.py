@@ -230,10 +230,11 @@ def _tc_gemm1_kernel(
     with BLOCK_K a multiple of their group take one dot a group, each scaled by its own
     factors, so that a step (a pipeline stage) may read several groups. 0: BLOCK_K.
 
-    L2_PRE > 0 (``tc_l2_pre``; PDL_WAIT, not SHARE, CUDA): before the wait for x, the program
-    asks L2 for the first L2_PRE lines of each of its weight rows (``_l2_hint_rows``), from
-    the expert the ids give then. A hint only: the loads after the wait read the same
-    addresses, and a stale expert only costs the lines it fetched."""
+    L2_PRE > 0 (``tc_l2_pre``; PDL_WAIT, CUDA): before the wait for x, the program asks L2 for
+    the first L2_PRE lines of each of its weight rows (``_l2_hint_rows``), from the expert the
+    ids give then (SHARE: its pair's, before the table says whether it leads; an expert's other
+    programs ask for lines already asked for). A hint only: the loads after the wait read the
+    same addresses, and a stale expert only costs the lines it fetched."""
     if PDL:
         gdc_launch_dependents()
     pid_n = tl.program_id(0)
@@ -245,8 +246,7 @@ def _tc_gemm1_kernel(
     wrows = tl.where(offs_n < N_OUT, offs_n, 0) + (r // BLOCK_N) * N_OUT           # gate rows, then up rows
     per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
     k_lo = pid_k * per
-    if L2_PRE > 0:
-        tl.static_assert(not SHARE, "L2_PRE: not with SHARE (its table is written in this chain)")
+    if L2_PRE > 0:                  # (SHARE: the pair's expert, whether or not this program leads)
         ep = _local_expert(ids_ptr, map_ptr, s, s >= 0, num_global, E, HAS_MAP)
         if ep >= 0:
             _l2_hint_rows(w_ptr + ep.to(tl.int64) * stride_we + wrows.to(tl.int64) * stride_wn, k_lo, K, stride_wk,
@@ -646,6 +646,8 @@ TC_RULES_OLD_ON: tuple = ()
 # slots' rows while it waits for h: 6-11% SLOWER everywhere (the hints compete with GEMM1's reads).
 TC_L2_PRE_GEMM1 = 4                # GEMM1's L2_PRE where the GPU's name contains one of TC_L2_PRE_ON
 TC_L2_PRE_ON: tuple = ("H100",)    # measured there only (the H200: not yet)
+TC_L2_PRE_SHARE = 0                # a SHARE GEMM1's (qwen3 T >= 8): its table is written in the chain, so the
+#                                    hint takes each pair's expert from the ids, leader or not; not measured yet
 
 
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
@@ -780,26 +782,29 @@ def _share_consts(config: dict, table) -> dict:
 
 def _l2_pre(config: dict, a: torch.Tensor, waits: bool, gemm: int) -> int:
     """L2_PRE of a tc GEMM's launch (GEMM1: lines a weight row, GEMM2: slots): the config's,
-    else FUSEDMOE_TC_L2_PRE's (``tc_l2_pre``), else the rule: TC_L2_PRE_GEMM1 for GEMM1 on the
-    GPUs of TC_L2_PRE_ON, 0 for GEMM2. 0 where the launch does not wait for the kernel before
-    it (nothing to overlap) or off CUDA (the hint is inline PTX)."""
+    else FUSEDMOE_TC_L2_PRE's (``tc_l2_pre``), else the rule (``l2_pre_default``; a SHARE
+    GEMM1's its own). 0 where the launch does not wait for the kernel before it (nothing to
+    overlap) or off CUDA (the hint is inline PTX)."""
     if not waits or not a.is_cuda:
         return 0
     if "L2_PRE" in config:
         n = int(config["L2_PRE"])
     else:
         from .decode import _device_name
-        n = l2_pre_default(_device_name(a.device.index or 0), gemm)
+        n = l2_pre_default(_device_name(a.device.index or 0), gemm, bool(config.get("SHARE")))
     return next_power_of_2(n) if n > 0 and gemm == 0 else n      # (GEMM1: a tl.arange length)
 
 
-def l2_pre_default(device_name: str, gemm: int) -> int:
+def l2_pre_default(device_name: str, gemm: int, share: bool = False) -> int:
     """L2_PRE of a tc GEMM (0: GEMM1, 1: GEMM2) without a config value: FUSEDMOE_TC_L2_PRE's,
-    else TC_L2_PRE_GEMM1 for GEMM1 on the GPUs of TC_L2_PRE_ON, else 0 (also ``explain``'s)."""
+    else for GEMM1 on the GPUs of TC_L2_PRE_ON TC_L2_PRE_GEMM1 (TC_L2_PRE_SHARE where it
+    shares experts), else 0 (also ``explain``'s)."""
     v = env.tc_l2_pre()
     if v is not None:
         return v[gemm]
-    return TC_L2_PRE_GEMM1 if gemm == 0 and any(n in device_name for n in TC_L2_PRE_ON) else 0
+    if gemm != 0 or not any(n in device_name for n in TC_L2_PRE_ON):
+        return 0
+    return TC_L2_PRE_SHARE if share else TC_L2_PRE_GEMM1
 
 
 # positions of the per-call tensors in the launch arguments (launcher.Bound slots)
@@ -832,7 +837,7 @@ def tc_gemm1_launch(x, w13, topk_ids, activation, out, part, sync, *, expert_map
         float(swiglu_limit if swiglu_limit is not None else limit), float(alpha), table if table is not None else sync,
     ), dict(TOP_K=k, GATED=gated, ACT=act, HAS_LIMIT=swiglu_limit is not None, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], SPLIT_K=config["SPLIT_K"], PDL=pdl, PDL_WAIT=pdl_wait,
-            L2_PRE=_l2_pre(config, x, pdl_wait and not config.get("SHARE"), 0),
+            L2_PRE=_l2_pre(config, x, pdl_wait, 0),
             SUB_K=_sub_k(quant, block_shape, config["BLOCK_K"]), **_share_consts(config, table),
             **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl_wait)
