@@ -646,8 +646,11 @@ TC_RULES_OLD_ON: tuple = ()
 # slots' rows while it waits for h: 6-11% SLOWER everywhere (the hints compete with GEMM1's reads).
 TC_L2_PRE_GEMM1 = 4                # GEMM1's L2_PRE where the GPU's name contains one of TC_L2_PRE_ON
 TC_L2_PRE_ON: tuple = ("H100",)    # measured there only (the H200: not yet)
-TC_L2_PRE_SHARE = 0                # a SHARE GEMM1's (qwen3 T >= 8): its table is written in the chain, so the
-#                                    hint takes each pair's expert from the ids, leader or not; not measured yet
+# A SHARE GEMM1's (qwen3 T=8): its table is written in the chain, so the hint takes each pair's expert
+# from the ids, leader or not. Session 35 (H100, `fusedmoe bench --tokens 8`, qwen3 fp8_channel /
+# int8_channel, three alternating rounds, scripts/gpu_s35_share_l2.sh): 0 lines 95.7-95.8 / 95.2-95.6
+# us, 2 lines 95.5-95.7 / 95.3-95.5, 4 lines 96.0-96.2 / 95.7-95.9. No gain: off.
+TC_L2_PRE_SHARE = 0
 
 
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
