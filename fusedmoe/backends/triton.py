@@ -133,6 +133,8 @@ def auto_a16_max_t(quant, platform=None) -> int:
       * H100 (session 34, `fusedmoe bench` two alternating rounds in one process; tc GEMM1 with its
         L2 hints, kernels/decode_tc.py L2_PRE): qwen3 fp8_channel T=3 47.1 / 46.7 (even: the more
         accurate wins), T=4 59.6 / 58.3 (tc 2.2% ahead): fp8_channel's bound 4 -> 3;
+      * H100 (session 35, the same, another machine): qwen3 fp8_channel T=2 33.8 / 34.5, T=3 47.1 /
+        46.4 (tc 0.9-1.5% ahead over the four rounds of both sessions, a16 3-8x more accurate: kept);
       * fp8_tensor: not measured, one token.
     ``platform`` (backends' Platform) None: the H100 rule."""
     if platform is not None and "H200" in getattr(platform, "name", ""):
