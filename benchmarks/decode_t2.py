@@ -121,12 +121,21 @@ RULES = {"new": (128, 4096, True), "old": (256, 8192, False), "g1new": (256, 409
 # TC_GEMM1_LONG_K_PROGRAMS, which these tuples leave at its value) and "tcnew" the one before it
 # Session 35: "tcg2sN", where "tcds" gives GEMM1 6 stages with block scales, K steps of two 128-wide
 # scale groups (TC_GEMM1_BLOCK_GROUPS 2, 20 KB a stage) and N stages (two programs an SM up to 5);
-# "tcg2s3" has shipped since. The last two numbers: TC_GEMM1_BLOCK_GROUPS, TC_GEMM1_STAGES_BLOCK_GROUPS
+# "tcg2s3" has shipped since. "tcg2s3b2": that and GEMM2 steps of two groups (TC_GEMM2_BLOCK_GROUPS 2:
+# deepseek tp8's K = 256 in one step a slot). Each variant: the five numbers above, and its extras.
 _RULES_TC = {"tcnew": (3, 2.5, 4, 4, 1.0), "tcold": (4, 4, 4, 4, 1.0), "tcg1new": (3, 4, 4, 4, 1.0),
              "tcg2new": (4, 2.5, 4, 4, 1.0), "tcds": (3, 2.5, 6, 2, 1.0), "tcds1": (3, 2.5, 6, 4, 1.0),
              "tcds2": (3, 2.5, 4, 2, 1.0), "tcds3": (3, 2.5, 4, 4, 1.5), "tcdsx": (3, 2.5, 6, 2, 1.5)}
-TC_RULES = {**{v: r + (1, 3) for v, r in _RULES_TC.items()},
-            **{f"tcg2s{n}": _RULES_TC["tcds"] + (2, n) for n in (3, 4, 5)}}
+TC_ATTRS = ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K", "TC_GEMM1_STAGES_LONG_K",
+            "TC_GEMM2_STAGES_SHORT_K", "TC_GEMM1_SPLIT_WAVES_LONG_K")
+_ONE_GROUP = dict(TC_GEMM1_BLOCK_GROUPS=1, TC_GEMM1_STAGES_BLOCK_GROUPS=3, TC_GEMM2_BLOCK_GROUPS=1)
+TC_RULES = {**{v: dict(zip(TC_ATTRS, r), **_ONE_GROUP) for v, r in _RULES_TC.items()},
+            **{f"tcg2s{n}": dict(zip(TC_ATTRS, _RULES_TC["tcds"]), **dict(_ONE_GROUP, TC_GEMM1_BLOCK_GROUPS=2,
+                                                                           TC_GEMM1_STAGES_BLOCK_GROUPS=n))
+               for n in (3, 4, 5)}}
+TC_RULES["tcg2s3b2"] = dict(TC_RULES["tcg2s3"], TC_GEMM2_BLOCK_GROUPS=2)
+# (during an A/B the rules given apply on every platform)
+TC_EVERYWHERE = dict(TC_RULES_OLD_ON=(), TC_GEMM1_BLOCK_GROUPS_ON=("",), TC_GEMM2_BLOCK_GROUPS_ON=("",))
 
 
 def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "g2new")):
@@ -138,18 +147,15 @@ def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "
     from fusedmoe.kernels import decode_tc as tc
     from fusedmoe.layer import prepare_experts
     if all(v in TC_RULES for v in variants):
-        # (TC_RULES_OLD_ON emptied, TC_GEMM1_BLOCK_GROUPS_ON every name: the rules given apply on
-        # every platform during the A/B)
-        mod, attrs, table, mode = (tc, ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K", "TC_GEMM1_STAGES_LONG_K",
-                                        "TC_GEMM2_STAGES_SHORT_K", "TC_GEMM1_SPLIT_WAVES_LONG_K", "TC_GEMM1_BLOCK_GROUPS",
-                                        "TC_GEMM1_STAGES_BLOCK_GROUPS", "TC_RULES_OLD_ON", "TC_GEMM1_BLOCK_GROUPS_ON"),
-                                   {v: r + ((), ("",)) for v, r in TC_RULES.items()}, "tc")
+        mod, mode = tc, "tc"
+        table = {v: dict(r, **TC_EVERYWHERE) for v, r in TC_RULES.items()}
     else:
-        mod, attrs, table, mode = dk, ("BK8_FLOOR", "GEMM1_STEP8", "TILES_ONE_STEP_ONLY"), RULES, "a16"
-    saved = tuple(getattr(mod, n) for n in attrs)
+        mod, mode = dk, "a16"
+        table = {v: dict(zip(("BK8_FLOOR", "GEMM1_STEP8", "TILES_ONE_STEP_ONLY"), r)) for v, r in RULES.items()}
+    saved = {n: getattr(mod, n) for n in set().union(*(table[v] for v in variants))}
 
     def put(values):
-        for n, v in zip(attrs, values):
+        for n, v in values.items():
             setattr(mod, n, v)
         dk._cached_config.cache_clear()
     os.environ.update(FUSEDMOE_W8A8_DECODE=mode, FUSEDMOE_DECODE_PAIRS="4096")

@@ -216,6 +216,13 @@ def test_tc_share_block_scales_and_determinism():
     assert _rel(out, gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=hs, b_scale=b2, block=block)) < 1e-2
 
 
+def _block_case(H, I, seed):
+    """(quant, block, T, k, operands, (tw, ids)) of the (16, 32) block scheme at T = 3, k = 4."""
+    quant, _, _, _, block = SCHEMES[3]
+    T, k = 3, 4
+    return quant, block, T, k, _case(SCHEMES[3], T, k, H, I, seed=seed), _routing(T, E, k, seed=seed + 3)
+
+
 @pytest.mark.parametrize("H", [64, 96], ids=["K-whole-steps", "K-last-group-past-K"])
 def test_tc_gemm1_several_block_groups_a_step(H):
     # GEMM1 with BLOCK_K 64 over (16, 32) block scales: two dots a step, each with its group's
@@ -223,11 +230,7 @@ def test_tc_gemm1_several_block_groups_a_step(H):
     # is zero and its scale index is clamped in bounds). Exact operands: h equals, bitwise,
     # the one-group-a-step result, unsplit, split and SHARE; and the reference to bf16
     from fusedmoe.kernels.decode_tc import tc_gemm1_launch
-    scheme = SCHEMES[3]
-    quant, block = scheme[0], scheme[4]
-    T, k = 3, 4
-    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H, I_BLK, seed=6)
-    tw, ids = _routing(T, E, k, seed=9)
+    quant, block, T, k, (x, w13, w2, a1, b1, b2), (tw, ids) = _block_case(H, I_BLK, 6)
     ref = gemm1_act_ref(x, w13, ids, "silu", quant=quant, a_scale=a1, b_scale=b1, block=block)
     table = torch.full((T * k, 16), 7, dtype=torch.int32, device=DEV)
     from fusedmoe.kernels.decode_tc import share_table_launch
@@ -250,6 +253,35 @@ def test_tc_gemm1_several_block_groups_a_step(H):
         h_of(dict(BLOCK_N=16, BLOCK_K=48, SPLIT_K=1))
 
 
+@pytest.mark.parametrize("I", [48, 80], ids=["K-one-step", "K-last-group-past-K"])
+def test_tc_gemm2_several_block_groups_a_step(I):
+    # GEMM2 with BLOCK_K 64 over (16, 32) block scales (SUB_K, TC_GEMM2_BLOCK_GROUPS): two tiles and
+    # dots a (slot, K) step, each with its group's scales; I = 48: one step with a partial second
+    # group; I = 80: the second step's second group lies past K. Exact operands: out equals, bitwise,
+    # the one-group-a-step result, with 1, 2 and 4 slot groups; SHARE still takes a divisor only
+    from fusedmoe.kernels.decode_tc import tc_gemm2_launch
+    quant, block, T, k, (x, w13, w2, a1, b1, b2), (tw, ids) = _block_case(H_BLK, I, 7)
+    hq, hs = _quant_h(SCHEMES[3], 5)(torch.empty(T * k, I))
+
+    def out_of(c2):
+        _, (p2, s2) = scratch(T, k, I, H_BLK, CFGS[0][0], c2, True, DEV)
+        out = torch.full((T, H_BLK), float("nan"), dtype=torch.bfloat16, device=DEV)
+        launch(*tc_gemm2_launch(hq, w2, ids, tw, out, p2, s2, quant=quant, a_scale=hs, b_scale=b2,
+                                block_shape=block, config=dict(c2)))
+        assert not s2.any()
+        return out
+    one = out_of(dict(BLOCK_N=32, BLOCK_K=32, GROUPS=1))
+    assert _rel(one, gemm2_ref(hq, w2, ids, tw, quant=quant, a_scale=hs, b_scale=b2, block=block)) < 1e-2
+    for g in (1, 2, 4):
+        assert torch.equal(out_of(dict(BLOCK_N=32, BLOCK_K=64, GROUPS=g)), out_of(dict(BLOCK_N=32, BLOCK_K=32,
+                                                                                      GROUPS=g))), g
+    with pytest.raises(ValueError, match="BLOCK_K 64 must divide the scale group 32"):
+        tc_gemm2_launch(hq, w2, ids, tw, one, *scratch(T, k, I, H_BLK, CFGS[0][0], CFGS[3][1], True, DEV)[1],
+                        quant=quant, a_scale=hs, b_scale=b2, block_shape=block,
+                        config=dict(BLOCK_N=32, BLOCK_K=64, GROUPS=1, SHARE=True),
+                        table=torch.full((T * k, 16), -1, dtype=torch.int32, device=DEV))
+
+
 def test_tc_decode_empty_and_bad_operands():
     scheme = SCHEMES[0]
     x, w13, w2, a1, b1, b2 = _case(scheme, 1, 2, H_ODD, I_ODD)
@@ -264,6 +296,7 @@ def test_tc_decode_empty_and_bad_operands():
 
 
 def test_tc_config_rules(monkeypatch):
+    import fusedmoe.kernels.decode_tc as dtc
     # qwen3 T=1 (8 pairs, I 768, H 2048): 24 tiles x 8 pairs = 192 programs >= 132 SMs: no
     # split; GEMM2 32 tiles -> slot groups while < 4 programs per SM: 8 (one slot each)
     c1 = tc_config("gemm1", 8, 768, 2048, 8)
@@ -303,11 +336,19 @@ def test_tc_config_rules(monkeypatch):
             for T in (2, 3, 4)] == [128] * 3
     assert tc_config("gemm1", 16, 256, 2048, 8, group_k=128, **h100)["BLOCK_K"] == 128
     assert tc_config("gemm1", 16, 1536, 7168, 8, group_k=128, **h100)["BLOCK_K"] == 128   # 768 programs
+    # GEMM2's two-group steps (TC_GEMM2_BLOCK_GROUPS): off by default; where set, at T = 2..4, K > the group
+    assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128, **h100)["BLOCK_K"] for T in (1, 2, 3, 4)] == [128] * 4
+    monkeypatch.setattr(dtc, "TC_GEMM2_BLOCK_GROUPS", 2)
+    assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128, **h100)["BLOCK_K"] for T in (1, 2, 3, 4, 5)] == \
+        [128, 256, 256, 256, 128]
+    assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128, **h100)["GROUPS"] for T in (2, 3, 4)] == [4, 2, 2]
+    assert tc_config("gemm2", 3, 7168, 128, 8, group_k=128, **h100)["BLOCK_K"] == 128          # K = one group
+    assert tc_config("gemm2", 3, 7168, 256, 8, group_k=128, device_name="NVIDIA H200")["BLOCK_K"] == 128
+    monkeypatch.undo()
     # the same rules on the H100 and the H200 (both measured); a GPU named in TC_RULES_OLD_ON
     # would keep session 30's (4 stages, groups to 4 programs an SM)
     for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", ""):
         assert tc_config("gemm1", 16, 768, 2048, 8, device_name=name)["num_stages"] == 3
-    import fusedmoe.kernels.decode_tc as dtc
     monkeypatch.setattr(dtc, "TC_RULES_OLD_ON", ("H200",))
     h200 = dict(device_name="NVIDIA H200")
     assert tc_config("gemm1", 16, 768, 2048, 8, **h200)["num_stages"] == 4
@@ -496,9 +537,10 @@ def test_gpu_tc_l2_pre_same_bits(model, tp, scheme, monkeypatch):
 @pytest.mark.gpu
 def test_gpu_tc_block_groups_same_bits(monkeypatch):
     # TC_GEMM1_BLOCK_GROUPS 2 (deepseek-v3 tp8 fp8_block GEMM1 K steps of two 128-wide scale
-    # groups, one dot and one scaling each; the H100's default) adds the same products in the same
-    # order as one group a step: the layer's output is bitwise the same at T = 2, 3, 4 (the T = 2..4
-    # rule), and within the scheme's tolerance of the reference
+    # groups, one dot and one scaling each; the H100's default), and TC_GEMM2_BLOCK_GROUPS 2 beside
+    # it, add the same products in the same order as one group a step: the layer's output is
+    # bitwise the same at T = 2, 3, 4 (the T = 2..4 rule), and within the scheme's tolerance of the
+    # reference
     if not _CUDA or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("fp8 wgmma tiles: sm90")
     import fusedmoe.kernels.decode_tc as dtc
@@ -518,12 +560,16 @@ def test_gpu_tc_block_groups_same_bits(monkeypatch):
         ids = ids.to(torch.int32)
         outs = []
         monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS_ON", ("",))        # whatever this GPU
-        for groups in (1, 2):
-            monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS", groups)
+        monkeypatch.setattr(dtc, "TC_GEMM2_BLOCK_GROUPS_ON", ("",))
+        for g1, g2 in ((1, 1), (2, 1), (2, 2)):
+            monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS", g1)
+            monkeypatch.setattr(dtc, "TC_GEMM2_BLOCK_GROUPS", g2)
             assert dtc.tc_config("gemm1", T * cfg.top_k, cfg.intermediate_size, cfg.hidden_size, cfg.top_k,
-                                 group_k=128, device_name="any")["BLOCK_K"] == 128 * groups
+                                 group_k=128, device_name="any")["BLOCK_K"] == 128 * g1
+            assert dtc.tc_config("gemm2", T, cfg.hidden_size, cfg.intermediate_size, cfg.top_k, group_k=128,
+                                 device_name="any")["BLOCK_K"] == 128 * g2
             outs.append(prepare_experts(cfg, w, "triton")(x, tw, ids))
         torch.cuda.synchronize()
-        assert torch.equal(outs[1], outs[0]), T
+        assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0]), T
         ref = reference_moe(x, w, tw, ids, cfg, quantize_activations=True)
         assert rel_error(outs[1], ref) <= tolerance("bfloat16", w.scheme.method), T
