@@ -86,12 +86,17 @@ def run(case: str, T: int, reps: int = 200, warm_study: bool = False):
     return out
 
 
-def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda", source: bool = False):
+def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda", source: bool = False,
+                values: bool = False):
     """Which fresh object starts a slow state: new weights, new input sets, or a new graph?
     Consecutive 5-replay medians (us per call) from the first replay after each. ``source``
     (--source, session 34's question): new weights drawn on the GPU instead of the host, and
     cloned weights after an unrelated pageable host-to-device copy of the same size (is the
-    copy what starts it?), after a host sleep of the copy's length, and after a copy on the GPU."""
+    copy what starts it?), after a host sleep of the copy's length, and after a copy on the GPU.
+    ``values`` (--values, session 35's questions; the copy was not it, and GPU-drawn weights start
+    it too): new weights read in full before the timing; cloned weights with permuted rows (new
+    bytes at every address, written by a gather kernel); the same 16-bit weights quantized again
+    (the quantization pass without a new draw), and that read in full first."""
     import time
     from fusedmoe.bench import harness as hz
     from fusedmoe.layer import prepare_experts
@@ -114,13 +119,29 @@ def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda",
         a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
         hz._warm_up(lambda: a @ a, ms)
 
-    def gpu_drawn():        # make_weights' draw, on the GPU (no host tensor, no host-to-device copy)
+    def gpu_base():         # make_weights' 16-bit draw, on the GPU (no host tensor, no host-to-device copy)
         from fusedmoe.weights import ExpertWeights
         g = torch.Generator(device=device).manual_seed(1)
         E, N, H, I = cfg.num_local_experts, cfg.n13, cfg.hidden_size, cfg.intermediate_size
         w13 = (torch.randn(E, N, H, generator=g, device=device) / H ** 0.5).to(cfg.torch_dtype)
         w2 = (torch.randn(E, H, I, generator=g, device=device) / I ** 0.5).to(cfg.torch_dtype)
-        return hz.make_weights(cfg, scheme, device, base=ExpertWeights(w13, w2))
+        return ExpertWeights(w13, w2)
+
+    def gpu_drawn():
+        return hz.make_weights(cfg, scheme, device, base=gpu_base())
+
+    def permuted(w):        # new bytes at every address of new allocations (a gather kernel writes them)
+        def perm(t):
+            if t.dim() < 2:
+                return t.clone()
+            return t.index_select(1, torch.randperm(t.shape[1], device=t.device))
+        return dataclasses.replace(w, **{f.name: perm(getattr(w, f.name)) for f in dataclasses.fields(w)
+                                         if isinstance(getattr(w, f.name), torch.Tensor)})
+
+    def read_all(w, times=5):
+        for _ in range(times):
+            for t in w.tensors().values():
+                t.view(torch.uint8).amax()
 
     def host_copy(nbytes, kind):    # unrelated traffic of the weights' size before cloning them
         if kind == "h2d":
@@ -140,17 +161,34 @@ def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda",
     if source:
         steps = ("new weights", "new weights drawn on the GPU", "cloned weights after a host-to-device copy",
                  "cloned weights after a host sleep", "cloned weights after a GPU copy", "new weights")
+    if values:
+        steps = ("new weights", "new weights, read in full 5 times first", "cloned weights with permuted rows",
+                 "new weights drawn on the GPU", "the same 16-bit weights quantized again",
+                 "the same 16-bit weights quantized again, read in full 5 times first")
+    base = None
     if extended:
         steps += ("cloned weights", "cloned weights, each tensor read 5 times first",
                   "cloned weights, 50 ms of other GPU work first", "cloned weights after empty_cache",
                   "the first weights again")
     first = None
     for step in steps:
-        if step == "new weights":
+        if step.startswith("new weights") and "GPU" not in step:
             w = hz.make_weights(cfg, scheme, device, seed=0)
             first = first or w
+            if "read in full" in step:
+                read_all(w)
         elif step == "new weights drawn on the GPU":
-            w = gpu_drawn()
+            if values:
+                base = gpu_base()
+                w = hz.make_weights(cfg, scheme, device, base=base)
+            else:
+                w = gpu_drawn()
+        elif step.startswith("the same 16-bit weights quantized again"):
+            w = hz.make_weights(cfg, scheme, device, base=base)
+            if "read in full" in step:
+                read_all(w)
+        elif step == "cloned weights with permuted rows":
+            w = permuted(w)
         elif step == "the first weights again":
             w = first
         elif step.startswith("cloned weights"):
@@ -168,9 +206,7 @@ def fresh_study(case: str, T: int, extended: bool = False, device: str = "cuda",
                 del junk
             w = cloned(w)
             if "read 5 times" in step:
-                for _ in range(5):
-                    for t in w.tensors().values():
-                        t.view(torch.uint8).amax()
+                read_all(w)
             elif "other GPU work" in step:
                 busy(50)
         if step != "new graph" and step != "new input sets":
@@ -192,6 +228,8 @@ def main(argv=None):
                     "other GPU work first, after empty_cache, the first weights again")
     ap.add_argument("--source", action="store_true", help="--fresh-study: weights drawn on the GPU; cloned "
                     "weights after a host-to-device copy, a host sleep, a GPU copy")
+    ap.add_argument("--values", action="store_true", help="--fresh-study: new weights read in full first; "
+                    "cloned weights with permuted rows; the same 16-bit weights quantized again (and read first)")
     ap.add_argument("--mode", default=None, help="FUSEDMOE_W8A8_DECODE for the run (a16 / tc / auto)")
     a = ap.parse_args(argv)
     if a.mode:
@@ -199,7 +237,7 @@ def main(argv=None):
     if a.fresh_study:
         for case in a.case.split(","):
             for T in a.tokens.split(","):
-                fresh_study(case, int(T), a.extended, source=a.source)
+                fresh_study(case, int(T), a.extended, source=a.source, values=a.values)
         return 0
     for case in a.case.split(","):
         for T in a.tokens.split(","):

@@ -646,7 +646,7 @@ TC_GEMM1_STAGES_BLOCK_GROUPS = 3   # ... and its stages
 TC_GEMM1_BLOCK_GROUPS_ON: tuple = ("H100",)   # GPUs (names containing these) where it was measured
 # The same for GEMM2 at T = 2..4, not SHARE, K > the group (deepseek-v3 tp8: K = 256, two groups, so
 # one step a slot): built and CPU-tested in session 35, not measured: 1 (off) until it is
-# (scripts/gpu_s36_g2_groups.sh)
+# (scripts/gpu_s36_prepared.sh)
 TC_GEMM2_BLOCK_GROUPS = 1
 TC_GEMM2_BLOCK_GROUPS_ON: tuple = ("H100",)
 # GPUs (names containing these) that keep session 30's rules (none: session 32 measured the
