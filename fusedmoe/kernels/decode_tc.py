@@ -717,17 +717,15 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         if s31 and not share:
             if K > 2048:
                 stages = TC_GEMM1_STAGES_LONG_K if tiles * split <= TC_GEMM1_LONG_K_PROGRAMS * num_sms else 4
-                if (stages == TC_GEMM1_STAGES_LONG_K and bk == group_k and TC_GEMM1_BLOCK_GROUPS > 1
-                        and group_k * TC_GEMM1_BLOCK_GROUPS <= 512
-                        and any(n in device_name for n in TC_GEMM1_BLOCK_GROUPS_ON)):
-                    bk, stages = group_k * TC_GEMM1_BLOCK_GROUPS, TC_GEMM1_STAGES_BLOCK_GROUPS
+                wide = _groups_bk(bk, group_k, TC_GEMM1_BLOCK_GROUPS, TC_GEMM1_BLOCK_GROUPS_ON, device_name)
+                if stages == TC_GEMM1_STAGES_LONG_K and wide != bk:
+                    bk, stages = wide, TC_GEMM1_STAGES_BLOCK_GROUPS
             elif split == 1:
                 stages = TC_GEMM1_STAGES_SHORT_K
         return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=stages)
     bn = 64
-    if (s31 and not share and bk == group_k and K > group_k and TC_GEMM2_BLOCK_GROUPS > 1
-            and group_k * TC_GEMM2_BLOCK_GROUPS <= 512 and any(n in device_name for n in TC_GEMM2_BLOCK_GROUPS_ON)):
-        bk = group_k * TC_GEMM2_BLOCK_GROUPS
+    if s31 and not share and K > bk:
+        bk = _groups_bk(bk, group_k, TC_GEMM2_BLOCK_GROUPS, TC_GEMM2_BLOCK_GROUPS_ON, device_name)
     tiles = cdiv(n_out, bn) * pairs_or_tokens
     groups = 1
     per_sm = TC_GEMM2_PROGRAMS_LONG_K if (s31 and K >= 512) else 4
@@ -735,6 +733,15 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         groups *= 2
     stages = 2 if share else (TC_GEMM2_STAGES_SHORT_K if s31 and K < 512 else 4)
     return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4, num_stages=stages)
+
+
+def _groups_bk(bk: int, group_k: Optional[int], groups: int, on: tuple, device_name: str) -> int:
+    """BLOCK_K of a tc GEMM step that reads ``groups`` block-scale groups (SUB_K) where BK is
+    one group, the GPU is named in ``on`` and the step stays within 512 bytes; else ``bk``."""
+    if (group_k is not None and bk == group_k and groups > 1 and group_k * groups <= 512
+            and any(n in device_name for n in on)):
+        return group_k * groups
+    return bk
 
 
 def _check(a, w, quant, block_shape, bk, groups_ok=False) -> None:
