@@ -149,8 +149,6 @@ def tc_sweep(cfg, w, sets, bw, quick=False):
              for bn in (64, 128) for bk in bks for g in (1, 2, 4, 8) if g <= k]
     if gk is not None and H > 2048:         # GEMM1 steps of two scale groups (TC_GEMM1_BLOCK_GROUPS 2)
         grid1 += [dict(d1, BLOCK_K=2 * gk, num_stages=st) for st in (3, 4, 5)]
-    if gk is not None and I >= 2 * gk:      # GEMM2's (TC_GEMM2_BLOCK_GROUPS 2)
-        grid2 += [dict(d2, BLOCK_K=2 * gk, num_stages=st) for st in (2, 3, 4)]
     rows = []
     for gemm, grid, dflt in (("gemm1", grid1, d1), ("gemm2", grid2, d2)):
         stages = [dict(dflt, num_stages=st) for st in ((2, 3, 6, 8) if not quick else ())]

@@ -121,21 +121,20 @@ RULES = {"new": (128, 4096, True), "old": (256, 8192, False), "g1new": (256, 409
 # TC_GEMM1_LONG_K_PROGRAMS, which these tuples leave at its value) and "tcnew" the one before it
 # Session 35: "tcg2sN", where "tcds" gives GEMM1 6 stages with block scales, K steps of two 128-wide
 # scale groups (TC_GEMM1_BLOCK_GROUPS 2, 20 KB a stage) and N stages (two programs an SM up to 5);
-# "tcg2s3" has shipped since. "tcg2s3b2": that and GEMM2 steps of two groups (TC_GEMM2_BLOCK_GROUPS 2:
-# deepseek tp8's K = 256 in one step a slot). Each variant: the five numbers above, and its extras.
+# "tcg2s3" has shipped since. (Session 36 measured GEMM2 steps of two groups, "tcg2s3b2", 2.8-4.4%
+# slower and removed them.) Each variant: the five numbers above, and its extras.
 _RULES_TC = {"tcnew": (3, 2.5, 4, 4, 1.0), "tcold": (4, 4, 4, 4, 1.0), "tcg1new": (3, 4, 4, 4, 1.0),
              "tcg2new": (4, 2.5, 4, 4, 1.0), "tcds": (3, 2.5, 6, 2, 1.0), "tcds1": (3, 2.5, 6, 4, 1.0),
              "tcds2": (3, 2.5, 4, 2, 1.0), "tcds3": (3, 2.5, 4, 4, 1.5), "tcdsx": (3, 2.5, 6, 2, 1.5)}
 TC_ATTRS = ("TC_GEMM1_STAGES_SHORT_K", "TC_GEMM2_PROGRAMS_LONG_K", "TC_GEMM1_STAGES_LONG_K",
             "TC_GEMM2_STAGES_SHORT_K", "TC_GEMM1_SPLIT_WAVES_LONG_K")
-_ONE_GROUP = dict(TC_GEMM1_BLOCK_GROUPS=1, TC_GEMM1_STAGES_BLOCK_GROUPS=3, TC_GEMM2_BLOCK_GROUPS=1)
+_ONE_GROUP = dict(TC_GEMM1_BLOCK_GROUPS=1, TC_GEMM1_STAGES_BLOCK_GROUPS=3)
 TC_RULES = {**{v: dict(zip(TC_ATTRS, r), **_ONE_GROUP) for v, r in _RULES_TC.items()},
             **{f"tcg2s{n}": dict(zip(TC_ATTRS, _RULES_TC["tcds"]), **dict(_ONE_GROUP, TC_GEMM1_BLOCK_GROUPS=2,
                                                                            TC_GEMM1_STAGES_BLOCK_GROUPS=n))
                for n in (3, 4, 5)}}
-TC_RULES["tcg2s3b2"] = dict(TC_RULES["tcg2s3"], TC_GEMM2_BLOCK_GROUPS=2)
 # (during an A/B the rules given apply on every platform)
-TC_EVERYWHERE = dict(TC_RULES_OLD_ON=(), TC_GEMM1_BLOCK_GROUPS_ON=("",), TC_GEMM2_BLOCK_GROUPS_ON=("",))
+TC_EVERYWHERE = dict(TC_RULES_OLD_ON=(), TC_GEMM1_BLOCK_GROUPS_ON=("",))
 
 
 def rule_ab(name, tp, scheme, tokens, rounds, variants=("new", "old", "g1new", "g2new")):

@@ -440,9 +440,6 @@ def tc_cases() -> list:
             (f"tc {name} gemm1 pdl bk256", tc.tc_gemm1_launch(            # TC_GEMM1_BLOCK_GROUPS 2 (block: SUB_K)
                 xq, w13, ids, "silu", h, part, sync, a_scale=xs, b_scale=s13, pdl=True, pdl_wait=True,
                 config=dict(BLOCK_N=32, BLOCK_K=256, SPLIT_K=1, num_warps=4, num_stages=3), **q)),
-            (f"tc {name} gemm2 pdl bk256", tc.tc_gemm2_launch(            # TC_GEMM2_BLOCK_GROUPS 2 (block: SUB_K)
-                hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2, pdl=True,
-                config=dict(BLOCK_N=64, BLOCK_K=256, GROUPS=2, num_warps=4, num_stages=2), **q)),
             (f"tc {name} gemm1 share l2_pre", _consts(tc.tc_gemm1_launch(  # SHARE: each pair's expert hinted
                 xq, w13, ids, "silu", h, part, sync, a_scale=xs, b_scale=s13, pdl=True, pdl_wait=True,
                 table=torch.empty(T * k, 16, dtype=torch.int32),

@@ -388,10 +388,9 @@ def _g2_w(w_rows, e, k0, K, stride_we, stride_wk, BLOCK_K: tl.constexpr, load=Tr
 def _g2_accumulate(acc, w, k0, s, e, h_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, wrows, K,
                    stride_hm, stride_hk, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
                    MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr, GROUP_N: tl.constexpr,
-                   GROUP_K: tl.constexpr, INT8: tl.constexpr, BLOCK_K: tl.constexpr, CLAMP: tl.constexpr = False):
+                   GROUP_K: tl.constexpr, INT8: tl.constexpr, BLOCK_K: tl.constexpr):
     """acc [BN, 16] += (w [BN, BK] @ h[s, k0:k0+BK] in column 0) x the step's scales and routing
-    weight; nothing from a dropped slot (e = -1). CLAMP: k0 may lie past K (a group of a
-    several-group step; its dot is zero), so the scale is read at min(k0, K - 1)."""
+    weight; nothing from a dropped slot (e = -1)."""
     keep = e >= 0
     e64 = tl.where(keep, e, 0).to(tl.int64)
     ks = k0 + tl.arange(0, BLOCK_K)
@@ -402,8 +401,7 @@ def _g2_accumulate(acc, w, k0, s, e, h_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr
         part = tl.dot(w, a, out_dtype=tl.int32).to(tl.float32)
     else:
         part = tl.dot(w, a).to(tl.float32)
-    f = _row_scale(a_scale_ptr + s * stride_asm, b_scale_ptr + e64 * stride_bse, wrows,
-                   tl.minimum(k0, K - 1) if CLAMP else k0, stride_ask,
+    f = _row_scale(a_scale_ptr + s * stride_asm, b_scale_ptr + e64 * stride_bse, wrows, k0, stride_ask,
                    stride_bsn, stride_bsk, A_SCALE, B_SCALE, GROUP_N, GROUP_K, True, True)
     if MUL_W:
         f = f * tl.load(topk_w_ptr + s).to(tl.float32)
@@ -421,7 +419,6 @@ def _tc_gemm2_kernel(
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False, EARLY_W: tl.constexpr = 0,
     EARLY_W_WRONG: tl.constexpr = False, L2_PRE: tl.constexpr = 0, L2_LINES: tl.constexpr = 1,
-    SUB_K: tl.constexpr = 0,
 ):
     """Grid (N tiles, GROUPS, tokens). A program: BN rows of H for SLOTS of its token's k
     slots (group g: slots g*SLOTS ..), one loop over (slot, K tile) so that the next slot's
@@ -435,12 +432,7 @@ def _tc_gemm2_kernel(
 
     L2_PRE > 0 (``tc_l2_pre``, PDL, CUDA): before the wait, the program asks L2 for the whole
     rows (L2_LINES lines of 128 bytes) of its first L2_PRE slots' experts (``_l2_hint_rows``),
-    a hint that never changes the result.
-
-    SUB_K > 0 (``_sub_k``, block scales; not with EARLY_W): as GEMM1's, BLOCK_K // SUB_K tiles
-    and dots a step, each scaled by its own group."""
-    tl.static_assert(EARLY_W == 0 or SUB_K == 0, "EARLY_W: one dot a step")
-    DK: tl.constexpr = SUB_K if SUB_K > 0 else BLOCK_K
+    a hint that never changes the result."""
     pid_n = tl.program_id(0)
     grp = tl.program_id(1)
     t = tl.program_id(2).to(tl.int64)
@@ -470,12 +462,10 @@ def _tc_gemm2_kernel(
                              MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT8, BLOCK_K)
     for i in range(EARLY_W, SLOTS * nk):
         k0, s, e = _g2_slot(ids_ptr, map_ptr, t, grp, i, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
-        for j in tl.static_range(BLOCK_K // DK):                                      # scale groups a step
-            kj = k0 + j * DK
-            w = _g2_w(w_rows, e, kj, K, stride_we, stride_wk, DK)
-            acc = _g2_accumulate(acc, w, kj, s, e, h_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, wrows, K,
-                                 stride_hm, stride_hk, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-                                 MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT8, DK, DK < BLOCK_K)
+        w = _g2_w(w_rows, e, k0, K, stride_we, stride_wk, BLOCK_K)
+        acc = _g2_accumulate(acc, w, k0, s, e, h_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, wrows, K,
+                             stride_hm, stride_hk, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+                             MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT8, BLOCK_K)
     v = tl.sum(acc, axis=1)                                                      # [BN]
     if HAS_BIAS:
         for jj in tl.static_range(SLOTS):
@@ -644,11 +634,9 @@ TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this 
 TC_GEMM1_BLOCK_GROUPS = 2          # block-scale groups a GEMM1 K step there (1: one, as before)
 TC_GEMM1_STAGES_BLOCK_GROUPS = 3   # ... and its stages
 TC_GEMM1_BLOCK_GROUPS_ON: tuple = ("H100",)   # GPUs (names containing these) where it was measured
-# The same for GEMM2 at T = 2..4, not SHARE, K > the group (deepseek-v3 tp8: K = 256, two groups, so
-# one step a slot): built and CPU-tested in session 35, not measured: 1 (off) until it is
-# (scripts/gpu_s36_prepared.sh)
-TC_GEMM2_BLOCK_GROUPS = 1
-TC_GEMM2_BLOCK_GROUPS_ON: tuple = ("H100",)
+# The same for GEMM2 (deepseek-v3 tp8: K = 256, one step a slot) was built in session 35 and measured
+# in session 36 (H100, scripts/gpu_s36_prepared.sh): GEMM2 alone 12-14% SLOWER at T = 2..4 (T=3 18.54
+# -> 21.03 us at its best stages), the layer 2.8-4.4% slower in both processes. Removed again.
 # GPUs (names containing these) that keep session 30's rules (none: session 32 measured the
 # H200, where the rules gain as on the H100: qwen3 int8 T=3 40.91 -> 38.24 us)
 TC_RULES_OLD_ON: tuple = ()
@@ -685,8 +673,8 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     TC_GEMM2_PROGRAMS_LONG_K for K >= 512 (qwen3 T = 3, 4: two slots a program), and takes
     TC_GEMM2_STAGES_SHORT_K stages where K < 512; GEMM1 with block scales, where it takes those
     long-K stages, steps TC_GEMM1_BLOCK_GROUPS scale groups at a time with
-    TC_GEMM1_STAGES_BLOCK_GROUPS stages on the GPUs of TC_GEMM1_BLOCK_GROUPS_ON (GEMM2, K longer
-    than a group: TC_GEMM2_BLOCK_GROUPS, off); all these at T = 2..4 only. H100
+    TC_GEMM1_STAGES_BLOCK_GROUPS stages on the GPUs of TC_GEMM1_BLOCK_GROUPS_ON; all these at T =
+    2..4 only. H100
     (benchmarks/decode_ab.py section T, decode_t2.py --rule-ab) and H200 (decode_t2.py).
     ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
     GEMM2's K): expert-shared programs;
@@ -724,8 +712,6 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
                 stages = TC_GEMM1_STAGES_SHORT_K
         return dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SHARE=share, num_warps=4, num_stages=stages)
     bn = 64
-    if s31 and not share and K > bk:
-        bk = _groups_bk(bk, group_k, TC_GEMM2_BLOCK_GROUPS, TC_GEMM2_BLOCK_GROUPS_ON, device_name)
     tiles = cdiv(n_out, bn) * pairs_or_tokens
     groups = 1
     per_sm = TC_GEMM2_PROGRAMS_LONG_K if (s31 and K >= 512) else 4
@@ -746,7 +732,7 @@ def _groups_bk(bk: int, group_k: Optional[int], groups: int, on: tuple, device_n
 
 def _check(a, w, quant, block_shape, bk, groups_ok=False) -> None:
     """Operand dtypes, and BLOCK_K against the block scales' K group: a divisor of it, or
-    (``groups_ok``: GEMM1, and GEMM2 unless SHARE, whose steps take one dot a group) a multiple."""
+    (``groups_ok``: GEMM1, whose steps take one dot a group) a multiple."""
     if a.dtype not in (torch.float8_e4m3fn, torch.int8) or w.dtype != a.dtype:
         raise ValueError(f"tensor-core decode: 8-bit activations and weights of one dtype "
                          f"(fp8 e4m3 or int8), got {a.dtype} x {w.dtype}; use kernels/decode.py for others")
@@ -756,7 +742,7 @@ def _check(a, w, quant, block_shape, bk, groups_ok=False) -> None:
 
 
 def _sub_k(quant, block_shape, bk) -> int:
-    """A tc GEMM's SUB_K: the scale group where a step reads several (block scales), else 0."""
+    """GEMM1's SUB_K: the scale group where a step reads several (block scales), else 0."""
     return block_shape[1] if quant == "block" and bk > block_shape[1] else 0
 
 
@@ -881,12 +867,9 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
     if config is None:
         config = tc_config("gemm2", T, H, K, k, group_k=block_shape[1] if quant == "block" else None,
                            num_sms=_num_sms(h.device))
-    _check(h, w2, quant, block_shape, config["BLOCK_K"], groups_ok=not config.get("SHARE"))
+    _check(h, w2, quant, block_shape, config["BLOCK_K"])
     groups = config["GROUPS"]
-    sub_k = _sub_k(quant, block_shape, config["BLOCK_K"])
     early = int(config.get("EARLY_W", env.tc_early_w()))      # 2: EARLY_W with a wrong guess (tests)
-    if sub_k and "EARLY_W" not in config:
-        early = 0                                              # (EARLY_W: one dot a step)
     (sa, sb, ids, emap), counts, strides, consts = _common(h, w2, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
     if _share_consts(config, table):
@@ -904,7 +887,7 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
     ), dict(TOP_K=k, SLOTS=cdiv(k, groups), GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
             BLOCK_K=config["BLOCK_K"], PDL=pdl, EARLY_W=min(1, early), EARLY_W_WRONG=early == 2,
             L2_PRE=min(_l2_pre(config, h, pdl, 1), cdiv(k, groups)), L2_LINES=next_power_of_2(cdiv(K, 128)),
-            SUB_K=sub_k, **consts),
+            **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl)
 
 
