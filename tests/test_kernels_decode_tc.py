@@ -310,14 +310,16 @@ def test_tc_config_rules(monkeypatch):
     assert tc_config("gemm1", 8, 256, 7168, 8, group_k=128, num_sms=132)["num_stages"] == 4   # T=1
     # deepseek's GEMM1 splits only below one wave of programs: 2 at T=2 (128 tiles), none at T=3
     assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["SPLIT_K"] for T in (1, 2, 3, 4)] == [4, 2, 1, 1]
-    # session 35: on an H100, where that rule gives GEMM1 its 6 stages with 128-wide block scales,
-    # K steps of two groups (BK 256) and 3 stages; the splits unchanged; not at T=1 or T >= 5, not
-    # at K <= 2048, not with more than 2 programs an SM, not on other GPUs (unmeasured)
+    # session 35: on an H100 (session 36: and an H200), where that rule gives GEMM1 its 6 stages with
+    # 128-wide block scales, K steps of two groups (BK 256) and 3 stages; the splits unchanged; not at
+    # T=1 or T >= 5, not at K <= 2048, not with more than 2 programs an SM, not on other GPUs (unmeasured)
     h100 = dict(device_name="NVIDIA H100 80GB HBM3")
     got = [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, **h100) for T in (1, 2, 3, 4, 5)]
     assert [(c["BLOCK_K"], c["num_stages"]) for c in got] == [(128, 4)] + [(256, 3)] * 3 + [(128, 4)]
     assert [c["SPLIT_K"] for c in got[:4]] == [4, 2, 1, 1]
     assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, device_name="NVIDIA H200")["BLOCK_K"]
+            for T in (2, 3, 4)] == [256] * 3
+    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, device_name="NVIDIA A100-SXM4-80GB")["BLOCK_K"]
             for T in (2, 3, 4)] == [128] * 3
     assert tc_config("gemm1", 16, 256, 2048, 8, group_k=128, **h100)["BLOCK_K"] == 128
     assert tc_config("gemm1", 16, 1536, 7168, 8, group_k=128, **h100)["BLOCK_K"] == 128   # 768 programs
@@ -453,7 +455,8 @@ def test_tc_l2_pre_switch(monkeypatch):
         is_cuda = True
         device = torch.device("cuda", 0)
     monkeypatch.delenv("FUSEDMOE_TC_L2_PRE", raising=False)
-    for name, want in (("NVIDIA H100 80GB HBM3", TC_L2_PRE_GEMM1), ("NVIDIA H200", 0), ("NVIDIA A100-SXM4-80GB", 0)):
+    for name, want in (("NVIDIA H100 80GB HBM3", TC_L2_PRE_GEMM1), ("NVIDIA H200", TC_L2_PRE_GEMM1),
+                       ("NVIDIA A100-SXM4-80GB", 0)):
         monkeypatch.setattr(dk, "_device_name", lambda index, n=name: n)
         assert (_l2_pre({}, Cuda(), True, 0), _l2_pre({}, Cuda(), True, 1)) == (want, 0), name
     for v, want in ((None, None), ("3", (3, 3)), ("4,1", (4, 1)), ("0,2", (0, 2))):
