@@ -288,6 +288,8 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     assert "scale groups" not in ds["T=8"] and "scale groups" not in ds["T=2"]
     ds2 = _variants(get_preset("deepseek-v3").to_config(tp=8), QuantScheme.parse("fp8_block"), Platform.resolve("h200"))
     assert "tensor cores" in ds2["T=3"] and "K steps read 2 scale groups of 128" in ds2["T=3"]
+    # block scales read as words on the H200 only (faster there, slower on the H100: session 36)
+    assert "int32 words" in ds2["T=1"] and "int32 words" not in ds2["T=2"]
     # the tc chain's L2 hints (kernels/decode_tc.py L2_PRE): GEMM1's, on the H100 and the H200 (measured
     # there), not where GEMM1 shares experts or the math is a16; FUSEDMOE_TC_L2_PRE overrides
     from fusedmoe.backends.triton import decode_pdl_ok

@@ -745,18 +745,22 @@ def w4_wanted(tokens: int, block_scales: bool, a16: bool = True, want=None, fp8:
               h200: bool = False) -> bool:
     """Whether the decode GEMMs should read 8-bit weights as words (``w4_mode`` decides whether
     they can): ``want`` (a launch config's "W4"), else FUSEDMOE_DECODE_W4 0 / 1, else the
-    measured default: one token, 16-bit activations, per-channel (or no) weight scales, and
-    not fp8 on an H200. ``fusedmoe bench``, graph us, two alternating rounds, W4 off -> on:
+    measured default: one token, 16-bit activations, and per-channel (or no) weight scales but not
+    fp8 on an H200, or (H200 only) block scales. ``fusedmoe bench``, graph us, two alternating
+    rounds, W4 off -> on:
       * H100 (docs/BENCHMARKS.md thirty-second section): qwen3 fp8_channel T=1 19.0-19.1 ->
         18.5-18.6, int8_channel 21.7-21.9 -> 20.8-21.0; slower at qwen3 fp8 T=2 (33.8-33.9 ->
         35.4-35.5: the activation tile's split into four costs more with two rows) and
         deepseek-v3 tp8 fp8_block T=1 (25.0 -> 25.5-25.6);
       * H200 (thirty-third section): qwen3 int8_channel T=1 19.2, 19.2 -> 18.3, 18.4; fp8_channel
-        16.9, 17.0 -> 17.2, 17.2 (slower: hence not fp8 there)."""
+        16.9, 17.0 -> 17.2, 17.2 (slower: hence not fp8 there);
+      * H200 (thirty-sixth section, with the bench's warm-up): qwen3 int8_channel 19.3, 19.3 -> 18.2,
+        18.2; fp8_channel 16.9, 17.0 -> 17.1, 17.2 (as before); deepseek-v3 tp8 fp8_block 21.2, 21.2
+        -> 20.7, 20.7 (faster there, unlike the H100's 25.0 -> 25.5: hence block scales on an H200)."""
     if want is None:
         want = env.decode_w4()
     if want is None:
-        want = a16 and tokens == 1 and not block_scales and not (fp8 and h200)
+        want = a16 and tokens == 1 and (h200 if block_scales else not (fp8 and h200))
     return bool(want)
 
 
