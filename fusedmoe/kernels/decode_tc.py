@@ -654,7 +654,10 @@ TC_L2_PRE_GEMM1 = 4                # GEMM1's L2_PRE where the GPU's name contain
 # H200 (session 36, scripts/gpu_s35_prepared.sh h200: FUSEDMOE_TC_L2_PRE 0 / 4,0, two alternating
 # rounds, tc forced, graph us): deepseek-v3 tp8 fp8_block 33.7 -> 33.4-33.5, 43.1-43.2 -> 42.8, 53.4 ->
 # 53.1 (every T, both rounds); qwen3 fp8_channel / int8_channel T=3 37.9-38.1 -> 37.6-37.9 (both);
-# T=2 even; T=4 even to 0.1 us slower (int8 45.0 -> 45.1 in both). Taken there too.
+# T=2 even; T=4 even to 0.1 us slower (int8 45.0 -> 45.1 in both). Again with the default math
+# (docs/bench_h200_s36_l2_qwen3.txt): T=3 37.9 -> 37.7 (int8), 37.8 -> 37.5 (fp8), both rounds; T=4
+# 44.8 -> 44.9 (int8), 44.6-44.7 -> 44.8 (fp8). Net a gain (0.5-0.9% where it wins, <= 0.4% where it
+# loses, qwen3 T=4 only): taken there too.
 TC_L2_PRE_ON: tuple = ("H100", "H200")
 # A SHARE GEMM1's (qwen3 T=8): its table is written in the chain, so the hint takes each pair's expert
 # from the ids, leader or not. Session 35 (H100, `fusedmoe bench --tokens 8`, qwen3 fp8_channel /
