@@ -171,7 +171,7 @@ def tc_l2_pre() -> tuple | None:
     """FUSEDMOE_TC_L2_PRE "G1,G2" (or one number for both): before its wait for the kernel before
     it, the tensor-core decode GEMM1 asks L2 for the first G1 lines (128 bytes) of each of its
     weight rows, GEMM2 for the rows of its first G2 slots' experts (kernels/decode_tc.py
-    L2_PRE). None when unset: the rule there (4 and 0 on an H100, measured; 0 and 0 elsewhere)."""
+    L2_PRE). None when unset: the rule there (4 and 0 on an H100 or H200, measured; 0 and 0 elsewhere)."""
     v = os.environ.get("FUSEDMOE_TC_L2_PRE", "").strip()
     if not v:
         return None

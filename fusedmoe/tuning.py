@@ -67,7 +67,8 @@ _OPTIONAL_DEFAULTS = {"GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3, "SPLIT
 #: Token counts the tuner measures by default (the bench's sweep: decode to prefill).
 DEFAULT_TUNE_TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
 # Warm-up replays (ms) before each candidate's timing after the first (which gets the harness's
-# WARM_MS): the slow window follows new weights, not new graphs (docs/BENCHMARKS.md 33rd section).
+# WARM_MS): the slow window follows newly quantized weights, not new graphs (docs/BENCHMARKS.md 33rd and
+# 36th sections).
 TUNE_WARM_MS = 5.0
 
 _WARNED: set = set()          # file names already warned about in this process
