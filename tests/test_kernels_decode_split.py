@@ -51,11 +51,12 @@ def test_split_activations_bias(act, kw, dtype):
 
 @pytest.mark.parametrize("T", [0, 1, 2, 7])
 def test_split_forward_repeats_and_naive_loop(T):
-    # repeated calls: the workspace and the ticket come back zero, so a call never sees the last one's sums
+    # repeated calls (each program's walk over H staggered or not): the workspace and the ticket
+    # come back zero, so a call never sees the last one's sums
     w13, w2, _, _ = _weights(E, H_ODD, I_ODD, torch.float32)
     x = _x(T, H_ODD, torch.float32)
     tw, ids = _routing(T, E, K_TOP, seed=T)
-    outs = [split_forward(x, w13, w2, tw, ids, "silu", config=CFG) for _ in range(3)]
+    outs = [split_forward(x, w13, w2, tw, ids, "silu", config=dict(CFG, STAGGER=st)) for st in (True, False, True)]
     assert outs[0].shape == (T, H_ODD)
     if T:
         ref = moe_naive_loop(x, w13, w2, tw, ids, "silu")
@@ -131,12 +132,14 @@ def test_split_rejects_a_chunk_across_scale_groups():
 
 def test_split_config_rule(monkeypatch):
     monkeypatch.delenv("FUSEDMOE_SPLIT_CONFIG", raising=False)
-    assert split_config(8, 256, 7168, 1, 132) == dict(BLOCK_I=16, BLOCK_K=512, BLOCK_H=512, num_warps=4,
+    assert split_config(8, 256, 7168, 1, 132) == dict(BLOCK_I=16, BLOCK_K=512, BLOCK_H=256, num_warps=4,
                                                       PREFETCH=True)
     assert split_config(8, 768, 2048, 2, 132)["BLOCK_I"] == 8
     monkeypatch.setenv("FUSEDMOE_SPLIT_CONFIG", "8,1024,256,8")
     assert split_config(8, 256, 7168, 1, 132) == dict(BLOCK_I=8, BLOCK_K=1024, BLOCK_H=256, num_warps=8,
-                                                      PREFETCH=True)
+                                                      PREFETCH=True, STAGGER=True)
+    monkeypatch.setenv("FUSEDMOE_SPLIT_CONFIG", "8,1024,256,8,0")
+    assert split_config(8, 256, 7168, 1, 132)["STAGGER"] is False
     monkeypatch.setenv("FUSEDMOE_SPLIT_CONFIG", "8,1000,256,8")
     with pytest.raises(Exception, match="FUSEDMOE_SPLIT_CONFIG"):
         split_config(8, 256, 7168, 1, 132)
@@ -209,8 +212,8 @@ def test_gpu_split_real_size(case, T):
     tw, ids = _routing(T, w13.shape[0], k, seed=T + 70)
     ref = _ref(x, w13, w2, tw, ids, s13, s2, q)
     for cfg in (None, dict(BLOCK_I=8, BLOCK_K=1024, BLOCK_H=1024, num_warps=8),
-                dict(BLOCK_I=32, BLOCK_K=256, BLOCK_H=256, num_warps=8),
-                dict(BLOCK_I=4, BLOCK_K=1024, BLOCK_H=1024, num_warps=4)):
+                dict(BLOCK_I=32, BLOCK_K=256, BLOCK_H=256, num_warps=8, STAGGER=False),
+                dict(BLOCK_I=4, BLOCK_K=1024, BLOCK_H=512, num_warps=4)):
         out = split_forward(x, w13, w2, tw, ids, "silu", w13_scale=s13, w2_scale=s2, config=cfg, **q)
         assert _rel(out, ref) < TOL[torch.bfloat16], cfg
     assert _workspaces_zero()

@@ -57,7 +57,7 @@ def _split_i_kernel(
     HAS_BIAS13: tl.constexpr, HAS_BIAS2: tl.constexpr, HAS_MAP: tl.constexpr, MUL_W: tl.constexpr,
     B_SCALE: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr, PREFETCH: tl.constexpr,
-    W4: tl.constexpr = 0, BITWISE_FP8: tl.constexpr = False,
+    W4: tl.constexpr = 0, BITWISE_FP8: tl.constexpr = False, STAGGER: tl.constexpr = True,
 ):
     """Grid (I / BLOCK_I, T * k): see the module docstring."""
     c = tl.program_id(0)
@@ -76,7 +76,12 @@ def _split_i_kernel(
         w2_e = w2_ptr + e1 * stride_w2e
         offs_h = tl.arange(0, BLOCK_H)
         cols = tl.where(i_ok, offs_i, 0)
-        w_nx = _w2_tile(w2_e, offs_h, stride_w2n, cols, stride_w2k, offs_h < H)
+        # each program walks H from its own tile on (STAGGER): programs in step would all add into
+        # the same few lines of ws at once, and adds to one line are serialized in L2
+        n_h = tl.cdiv(H, BLOCK_H)
+        first = (c + tl.program_id(1) * tl.num_programs(0)) % n_h if STAGGER else 0
+        rows = first * BLOCK_H + offs_h
+        w_nx = _w2_tile(w2_e, rows, stride_w2n, cols, stride_w2k, rows < H)
         # GEMM1 rows of the chunk: gate and up
         wrows = tl.where(i_ok, offs_i, 0)[None, :] + (r * I)[:, None]                          # [R, BI]
         bs_e = bs13_ptr + e64 * stride_bs13e
@@ -100,12 +105,12 @@ def _split_i_kernel(
             wt = wt * tl.load(bs2_ptr + e1 * stride_bs2e)
         bs2_e = bs2_ptr + e1 * stride_bs2e
         ws_row = ws_ptr + t * stride_wsm
-        for h0 in range(0, H, BLOCK_H):
-            rows = h0 + offs_h
+        for i in range(0, n_h):
+            rows = ((first + i) % n_h) * BLOCK_H + offs_h
             r_ok = rows < H
             w = w_nx
-            rows1 = rows + BLOCK_H
-            w_nx = _w2_tile(w2_e, rows1, stride_w2n, cols, stride_w2k, rows1 < H)
+            rows1 = ((first + i + 1) % n_h) * BLOCK_H + offs_h
+            w_nx = _w2_tile(w2_e, rows1, stride_w2n, cols, stride_w2k, rows1 < H - H * ((i + 1) // n_h))   # (none after the last)
             p = tl.sum(w.to(tl.float32) * hc[None, :], axis=1)                       # [BH]
             if B_SCALE == 2:
                 p = p * tl.load(bs2_e + rows * stride_bs2n, mask=r_ok, other=0.0)
@@ -151,7 +156,7 @@ def workspace(device: torch.device, tokens: int, hidden: int) -> tuple:
 
 def split_config(n_pairs: int, I: int, H: int, esize: int, num_sms: int) -> dict:
     """BLOCK_I / BLOCK_K / BLOCK_H / num_warps: BLOCK_I 16 bytes of each w2 row (16 at 8 bits,
-    8 at 16), the GEMM1 step 16 KB (gate and up rows), w2 slices of 8 KB a step; 4 warps.
+    8 at 16), the GEMM1 step 16 KB (gate and up rows), w2 slices of 256 rows a step; 4 warps.
     FUSEDMOE_SPLIT_CONFIG overrides."""
     v = env.split_config()
     if v is not None:
@@ -159,7 +164,7 @@ def split_config(n_pairs: int, I: int, H: int, esize: int, num_sms: int) -> dict
     bi = min(16 // esize, next_power_of_2(I))
     rows = 2 * bi
     bk = max(16, min(next_power_of_2(H), 16384 // (esize * rows)))
-    bh = max(16, min(next_power_of_2(H), 8192 // (esize * bi)))
+    bh = max(16, min(next_power_of_2(H), 256))
     return dict(BLOCK_I=bi, BLOCK_K=bk, BLOCK_H=bh, num_warps=4, PREFETCH=True)
 
 
@@ -181,6 +186,10 @@ def split_launch(x, w13, w2, topk_weights, topk_ids, activation, out, *, expert_
     if config is None:
         config = split_config(T * k, I, H, w13.element_size(), _num_sms(x.device))
     bi = config["BLOCK_I"]
+    nw = config.get("num_warps", 4)
+    # (H100, triton 3.6: BLOCK_H 1024 at 4 warps, 8 values a thread for the vector adds, gave
+    # wrong sums; 4 a thread at most is what was measured right)
+    assert config["BLOCK_H"] <= 4 * 32 * nw, f"BLOCK_H {config['BLOCK_H']} > 4 x 32 x num_warps {nw}"
     scales13, q13 = _quant_flags(quant, x, w13, None, w13_scale, block_shape, None, False)
     scales2, q2 = _quant_flags(quant, x, w2, None, w2_scale, block_shape, None, False)
     if q13["B_SCALE"] == 3:
@@ -208,6 +217,7 @@ def split_launch(x, w13, w2, topk_weights, topk_ids, activation, out, *, expert_
             HAS_BIAS2=w2_bias is not None, HAS_MAP=has_map, MUL_W=mul_routed_weight, B_SCALE=q13["B_SCALE"],
             GROUP_N=q13["GROUP_N"], GROUP_K=q13["GROUP_K"], BLOCK_I=bi, BLOCK_K=config["BLOCK_K"],
             BLOCK_H=config["BLOCK_H"], PREFETCH=bool(config.get("PREFETCH", True)), W4=w4,
+            STAGGER=bool(config.get("STAGGER", True)),
             BITWISE_FP8=q13["BITWISE_FP8"]), config.get("num_warps", 4), None, False)
 
 
