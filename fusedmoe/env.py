@@ -155,28 +155,6 @@ def decode_slots_first() -> bool | None:
     return _switch("FUSEDMOE_DECODE_SLOTS_FIRST")
 
 
-def decode_split() -> bool | None:
-    """FUSEDMOE_DECODE_SPLIT as a bool (None when unset: backends/triton.py ``split_wanted``)."""
-    return _switch("FUSEDMOE_DECODE_SPLIT")
-
-
-def split_config() -> dict | None:
-    """FUSEDMOE_SPLIT_CONFIG "BLOCK_I,BLOCK_K,BLOCK_H,num_warps[,STAGGER 0/1]" (for A/Bs): the split-I decode's
-    tile (kernels/decode_split.py); None when unset: ``split_config``'s rule."""
-    v = os.environ.get("FUSEDMOE_SPLIT_CONFIG", "").strip()
-    if not v:
-        return None
-    try:
-        parts = [int(p) for p in v.split(",")]
-        bi, bk, bh, nw = parts[:4]
-        stagger = parts[4] if len(parts) > 4 else 1
-        assert len(parts) in (4, 5) and all(n > 0 and n & (n - 1) == 0 for n in (bi, bk, bh, nw))
-    except (ValueError, AssertionError):
-        raise ConfigError("FUSEDMOE_SPLIT_CONFIG", v, "four powers of two: BLOCK_I,BLOCK_K,BLOCK_H,num_warps",
-                          "unset it for the default, or e.g. FUSEDMOE_SPLIT_CONFIG=16,512,512,4") from None
-    return dict(BLOCK_I=bi, BLOCK_K=bk, BLOCK_H=bh, num_warps=nw, PREFETCH=True, STAGGER=bool(stagger))
-
-
 def decode_w4() -> bool | None:
     """FUSEDMOE_DECODE_W4 as a bool (None when unset: kernels/decode.py's own rule)."""
     return _switch("FUSEDMOE_DECODE_W4")

@@ -308,9 +308,6 @@ class TritonExperts(Experts):
         # determinism, else FUSEDMOE_REDUCE's mode, else reduce_rule's per T
         self.platform = platform
         self._reduce = "deterministic" if deterministic else env.reduce()
-        self._deterministic = deterministic
-        self._split_env = env.decode_split()
-        self._splits: dict = {}     # split-I decode: key -> (bound launch, out stride)
         self.lc = launch_configs(config, self.scheme, platform)
         self.block_shape = self.scheme.block_shape
         self._plans: dict = {}      # decode: shape key -> the two bound launches (_apply_decode)
@@ -538,8 +535,6 @@ class TritonExperts(Experts):
         Python (docs/BENCHMARKS.md, eager). ``h`` None: the plan's (allocated at its first
         call)."""
         mode = self.decode_mode(ids.shape[0])
-        if mode.a16 and self.split_wanted(ids.shape[0]):
-            return self._decode_split(x, tw, ids, out, expert_map)
         chain = mode.chain
         x, x_scale = self._dquant(x, self.weights.a13_scale, mode, chain)
         key = (ids.shape, x.stride(), None if expert_map is None else expert_map.shape)
@@ -569,39 +564,6 @@ class TritonExperts(Experts):
             b2.fast(hq, out, tw, flat, emap)
         else:
             b2.fast(hq, out, tw, flat, emap, h_scale)
-        return out
-
-    def split_wanted(self, T: int) -> bool:
-        """Whether an a16 decode call of T tokens runs as one split-I launch
-        (kernels/decode_split.py): FUSEDMOE_DECODE_SPLIT where set, else off; never when the
-        caller asked for determinism (its sums are atomic adds) or off CUDA sm90+."""
-        if self._deterministic:
-            return False
-        if self._split_env is not None:
-            return self._split_env
-        return False
-
-    def _decode_split(self, x, tw, ids, out, expert_map):
-        """The split-I decode: one launch, bound per shape (its workspace: kernels/decode_split.py
-        ``workspace``)."""
-        from ..kernels import decode_split as ds
-        from ..kernels.launcher import bind
-        key = (ids.shape, x.stride(), None if expert_map is None else expert_map.shape, out.stride())
-        flat = ids if ids.is_contiguous() else ids.contiguous()
-        emap = flat if expert_map is None else expert_map
-        b = self._splits.get(key)
-        if b is not None:
-            b.fast(x, out, tw, flat, emap)
-            return out
-        c, w = self.config, self.weights
-        spec = ds.split_launch(x, w.w13, w.w2, tw, ids, c.activation.value, out, expert_map=expert_map,
-                               w13_bias=w.w13_bias, w2_bias=w.w2_bias, swiglu_limit=c.swiglu_limit,
-                               alpha=c.swigluoai_alpha, limit=c.swigluoai_limit, quant=self.quant_mode,
-                               w13_scale=w.w13_scale, w2_scale=w.w2_scale, block_shape=self.block_shape,
-                               mul_routed_weight=not c.routing.apply_router_weight_on_input)
-        if len(self._splits) >= 16:
-            self._splits.clear()
-        self._splits[key] = bind(*spec, slots=ds.SPLIT_SLOTS)
         return out
 
     def _tc_launches(self, x, h, ids, out, expert_map):
