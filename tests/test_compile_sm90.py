@@ -71,3 +71,43 @@ def test_decode_gemm2_loads_are_vectorized():
     assert len(lines) == 4, r.stdout
     for ln in lines:
         assert "ld.global.v4.b32" in ln and "ld.global.b8" not in ln and "ld.global.b16" not in ln, ln
+
+
+_BYTE_PROBE = r'''
+import os, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
+import torch, triton, triton.language as tl
+import compile_check as cc
+
+
+@triton.jit
+def _slice(w_ptr, out_ptr, n_cols, stride, WHERE: tl.constexpr, BH: tl.constexpr, BC: tl.constexpr):
+    # a [BH, BC] column slice of 8-bit rows, as a split-I decode reads w2; WHERE writes the column
+    # offsets the way that lost their contiguity in session 37
+    c = tl.program_id(0) * BC + tl.arange(0, BC)
+    ok = c < n_cols
+    cols = tl.where(ok, c, 0) if WHERE else c
+    r = tl.arange(0, BH)
+    w = tl.load(w_ptr + r[:, None] * stride + cols[None, :], mask=ok[None, :], other=0)
+    tl.store(out_ptr + r, tl.sum(w.to(tl.float32), axis=1))
+
+
+for where in (False, True):
+    spec = (_slice, (1,), (torch.empty(256, 256, dtype=torch.int8), torch.empty(256), 256, 256),
+            dict(WHERE=where, BH=256, BC=16), 4, None, False)
+    print("where", where, len(cc.byte_loads(cc.compile_spec(spec).asm["ptx"])))
+'''
+
+
+@pytest.mark.skipif(not _ptxas_available(), reason="triton without its bundled ptxas")
+def test_compile_check_catches_byte_loads(tmp_path):
+    # scripts/compile_check.py fails any case with 8-bit global loads (byte_loads): the check
+    # finds them in a column slice whose offsets went through tl.where, and none without
+    env = _compile_env()
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    probe = tmp_path / "byte_probe.py"          # (@triton.jit needs its source in a file)
+    probe.write_text(_BYTE_PROBE)
+    r = subprocess.run([sys.executable, str(probe), ROOT], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    counts = dict(ln.split()[1:] for ln in r.stdout.splitlines() if ln.startswith("where"))
+    assert counts["False"] == "0" and int(counts["True"]) > 0, r.stdout
