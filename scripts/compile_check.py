@@ -457,10 +457,6 @@ def byte_loads(ptx: str) -> list:
     return re.findall(r"ld\.global[.\w]*\.[bus]8\b", ptx)
 
 
-#: cases whose 8-bit global loads are intended (none so far: scripts/compile_check.py fails the others)
-BYTE_LOADS_OK: frozenset = frozenset()
-
-
 def main() -> int:
     from fusedmoe.kernels import decode as dk
     bf = torch.bfloat16
@@ -623,10 +619,10 @@ def main() -> int:
             # byte load means a tile's contiguity was lost (session 37: a tl.where on the contiguous
             # offsets turned a [BH, 16] fp8 tile into 32 byte loads a thread, the kernel 4x slower)
             narrow = byte_loads(ptx)
-            if narrow and label not in BYTE_LOADS_OK:
+            if narrow:
                 bad += 1
                 print(f"FAIL {label}: {len(narrow)} 8-bit global loads ({narrow[0]}): a tile lost its contiguity "
-                      f"(a tl.where / % on the contiguous offsets?); if intended, add the label to BYTE_LOADS_OK",
+                      f"(a tl.where / % on the contiguous offsets?)",
                       flush=True)
                 continue
             mma = "wgmma " + ",".join(sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))) \
