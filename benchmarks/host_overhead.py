@@ -1,6 +1,6 @@
 """Host (Python + torch-op) time of one eager forward of a fusedmoe backend at decode size.
 
-    python benchmarks/host_overhead.py [--model qwen3-30b-a3b[:tp]] [--tokens 1] [--backend triton]
+    python benchmarks/host_overhead.py [--model qwen3-30b-a3b[:tp]] [--tokens 1] [--backend triton] [--quant Q]
                                        [--dtype D] [--platform P] [--stub launch|run] [--real]
                                        [--iters N] [--profile] [--top K]
 
@@ -56,8 +56,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 
-def build(model: str, tokens: int, backend: str, dtype: str, platform_name: str, device: str):
-    """(config, FusedMoE, args): the layer of ``model`` and one decode-size input."""
+def build(model: str, tokens: int, backend: str, dtype: str, platform_name: str, device: str,
+          quant: str = "none"):
+    """(config, FusedMoE, args): the layer of ``model`` (weights quantized to ``quant``) and one
+    decode-size input."""
     import math
 
     from fusedmoe.config import Routing
@@ -73,12 +75,16 @@ def build(model: str, tokens: int, backend: str, dtype: str, platform_name: str,
         w13 = torch.randn(E, N, H, device=device, dtype=dt) / math.sqrt(H)
         w2 = torch.randn(E, H, I, device=device, dtype=dt) / math.sqrt(I)
         plat = None if platform_name == "current" else platform_name
-    else:   # never read (stubbed launches): no need to touch 1 GB of pages
-        w13 = torch.empty(E, N, H, dtype=dt)
-        w2 = torch.empty(E, H, I, dtype=dt)
+    else:   # never read (stubbed launches): no need to touch 1 GB of pages, unless quantized here
+        fill = torch.empty if quant == "none" else (lambda *s, dtype: torch.full(s, 0.01, dtype=dtype))
+        w13 = fill(E, N, H, dtype=dt)
+        w2 = fill(E, H, I, dtype=dt)
         plat = (Platform("cpu", "cpu", None, 0.0, os.cpu_count() or 1, True, False)
                 if platform_name == "current" else platform_name)
-    layer = FusedMoE(cfg, ExpertWeights(w13, w2), backend=backend, platform=plat)
+    if quant == "none":
+        layer = FusedMoE(cfg, ExpertWeights(w13, w2), backend=backend, platform=plat)
+    else:
+        layer = FusedMoE.from_float(cfg, w13, w2, quant=quant, backend=backend, platform=plat)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(tokens, H, generator=g).to(dt).to(device)
     logits = torch.randn(tokens, cfg.num_experts, generator=g)
@@ -192,6 +198,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="qwen3-30b-a3b", help="preset[:tp], e.g. deepseek-v3:8")
     ap.add_argument("--tokens", type=int, default=1)
     ap.add_argument("--backend", default="triton")
+    ap.add_argument("--quant", default="none", help="weight scheme, e.g. fp8_channel, int8_channel, fp8_block")
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float16 on CPU")
     ap.add_argument("--platform", default="current", help="'current' or a preset (h100, h200, ...)")
     ap.add_argument("--stub", choices=("launch", "run"), default="launch")
@@ -205,11 +212,11 @@ def main(argv=None) -> int:
         ap.error("--real needs CUDA")
     device = "cuda" if cuda else "cpu"
     dtype = a.dtype or ("bfloat16" if cuda else "float16")
-    cfg, layer, args = build(a.model, a.tokens, a.backend, dtype, a.platform, device)
+    cfg, layer, args = build(a.model, a.tokens, a.backend, dtype, a.platform, device, a.quant)
     pe = layer.prepared
     undo, count = (lambda: None, None) if a.real else stub_launches(a.stub)
     mode = "real launches" if a.real else f"launches stubbed ({a.stub})"
-    print(f"{a.model} T={a.tokens} backend={pe.selection.winner} {dtype} on {device}, {mode}, "
+    print(f"{a.model} T={a.tokens} backend={pe.selection.winner} {dtype} {a.quant} on {device}, {mode}, "
           f"{a.iters} calls; E={cfg.num_experts} H={cfg.hidden_size} I={cfg.intermediate_size} k={cfg.top_k}")
     if count is not None:
         with torch.inference_mode():
