@@ -17,7 +17,7 @@ Program = (m-block of BM rows of one expert, band g of N_TILES column tiles of B
 BAND_MAJOR). A: the block's BM rows of h gathered by slot into shared memory once (KC = 64 column
 chunks; evict_first, as the library's kernel, unless h_evict=False). B: w2 [E * H, I] by TMA, [BN, 64]
 boxes, STAGES tiles in flight (w_hint=True: the TMA loads evict_first, triton 3.9 only: run it with
-`source scripts/t39_env.sh` and `.whl` carried, `scripts/gpu_s28f.sh`). 16-bit, no bias, no scales.
+`source scripts/t39_env.sh` and `.whl` carried, `scripts/sessions/gpu_s28f.sh`). 16-bit, no bias, no scales.
 H100 results: docs/BENCHMARKS.md, twenty-eighth section (the overlap is worth 0.5%).
 """
 from __future__ import annotations

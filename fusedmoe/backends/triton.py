@@ -196,7 +196,7 @@ FUSED_ZERO = True
 # output on the side, a share a tile (grouped_gemm.py ``gemm1_act(zero=)``), instead of the
 # quantization of x or a fill before the alignment, which move [T, H] of zeros at copy
 # bandwidth ahead of the GEMMs. The stores are not free under GEMM1's K loops: H100, two
-# alternating rounds each (docs/BENCHMARKS.md twenty-first section, scripts/gpu_s21a.sh),
+# alternating rounds each (docs/BENCHMARKS.md twenty-first section, scripts/sessions/gpu_s21a.sh),
 # deepseek-v3 tp8 fp8_block T=16384 (117M elements) 2697.6 / 2700.3 -> 2679.9 / 2671.7 us, but
 # T=4096 942.9 / 942.9 -> 948.5 / 949.3 and qwen3 int8_channel T=4096 547.0 / 545.7 -> 551.0 /
 # 552.7; bf16 and qwen3 T=16384 (34M elements) within noise. So only the largest outputs.
@@ -233,7 +233,7 @@ def prefill_pdl_ok(platform) -> bool:
 def h_epilogue_on(scheme, h_quant: str) -> bool:
     """Whether GEMM1's epilogue quantizes h (where the launch configs allow, h_epilogue_group)
     for FUSEDMOE_H_QUANT = ``h_quant``: asked for ('epilogue'), or unset for fp8_block, whose own
-    1 x 128 rule it applies (H100, scripts/gpu_s18c.sh, deepseek-v3 tp8 T=1024 / 4096 / 16384:
+    1 x 128 rule it applies (H100, scripts/sessions/gpu_s18c.sh, deepseek-v3 tp8 T=1024 / 4096 / 16384:
     732 -> 729, 1010 -> 1007, 2763 -> 2762 µs). fp8_channel's stays opt-in: 1 x 128 groups,
     finer than its per-token rule, were 3-19% slower at T >= 4096 (docs/BENCHMARKS.md, ninth
     session)."""

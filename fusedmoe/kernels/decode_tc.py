@@ -624,7 +624,7 @@ TC_GEMM1_STAGES_LONG_K = 6         # GEMM1 stages where K > 2048, not SHARE, pro
 TC_GEMM1_LONG_K_PROGRAMS = 2       # ... the bound: this x SMs programs (tiles x splits)
 TC_GEMM2_STAGES_SHORT_K = 2        # GEMM2 stages where K < 512, not SHARE (old: 4)
 TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this x SMs, K > 2048
-# Session 35 (H100; scripts/gpu_s35_groups.sh, docs/BENCHMARKS.md thirty-fifth section): where the
+# Session 35 (H100; scripts/sessions/gpu_s35_groups.sh, docs/BENCHMARKS.md thirty-fifth section): where the
 # rule above gives GEMM1 its 6 stages and the weights carry 128-wide block scales (deepseek-v3 tp8
 # fp8_block, K = 7168), a K step of two scale groups (BK 256: two dots, each scaled by its group,
 # SUB_K) with 3 stages buffers the same 60 KB a program in half the steps. GEMM1 alone: T=2 24.07
@@ -633,25 +633,25 @@ TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this 
 # 67.09). The output is bitwise the same (the same products added in the same order).
 TC_GEMM1_BLOCK_GROUPS = 2          # block-scale groups a GEMM1 K step there (1: one, as before)
 TC_GEMM1_STAGES_BLOCK_GROUPS = 3   # ... and its stages
-# H200 (session 36, scripts/gpu_s35_groups.sh and decode_t2.py --rule-ab, three processes): 32.42-32.48
+# H200 (session 36, scripts/sessions/gpu_s35_groups.sh and decode_t2.py --rule-ab, three processes): 32.42-32.48
 # -> 31.86-31.88 us (T=2), 43.99-44.03 -> 43.04-43.09 (T=3), 52.42-52.73 -> 51.62-52.04 (T=4); 4 and 5
 # stages lost at T = 3, 4, and GEMM1 split in two (tcds3) lost 2-4%.
 TC_GEMM1_BLOCK_GROUPS_ON: tuple = ("H100", "H200")   # GPUs (names containing these) where it was measured
 # The same for GEMM2 (deepseek-v3 tp8: K = 256, one step a slot) was built in session 35 and measured
-# in session 36 (H100, scripts/gpu_s36_prepared.sh): GEMM2 alone 12-14% SLOWER at T = 2..4 (T=3 18.54
+# in session 36 (H100, scripts/sessions/gpu_s36_prepared.sh): GEMM2 alone 12-14% SLOWER at T = 2..4 (T=3 18.54
 # -> 21.03 us at its best stages), the layer 2.8-4.4% slower in both processes. Removed again.
 # GPUs (names containing these) that keep session 30's rules (none: session 32 measured the
 # H200, where the rules gain as on the H100: qwen3 int8 T=3 40.91 -> 38.24 us)
 TC_RULES_OLD_ON: tuple = ()
 # Session 34 (H100, `fusedmoe bench --tokens 2,3,4`, tc forced, two alternating rounds;
-# scripts/gpu_s34_l2_pre.sh, docs/BENCHMARKS.md thirty-fourth section): GEMM1 hinting L2 with the
+# scripts/sessions/gpu_s34_l2_pre.sh, docs/BENCHMARKS.md thirty-fourth section): GEMM1 hinting L2 with the
 # first 4 lines of each weight row before its wait for x (L2_PRE) gains in every case and round,
 # graph us: qwen3 fp8_channel T=2 34.7-34.9 -> 34.2-34.3, T=3 46.9-47.0 -> 46.4, T=4 58.5 -> 57.9-58.1;
 # int8_channel 34.7 -> 34.1, 47.1 -> 46.7, 58.3 -> 58.0; deepseek-v3 tp8 fp8_block 41.9-42.1 -> 41.5,
 # 53.3-53.4 -> 52.7-52.8, 69.3-69.4 -> 68.7. 8 lines: qwen3 slower than none. GEMM2 hinting its
 # slots' rows while it waits for h: 6-11% SLOWER everywhere (the hints compete with GEMM1's reads).
 TC_L2_PRE_GEMM1 = 4                # GEMM1's L2_PRE where the GPU's name contains one of TC_L2_PRE_ON
-# H200 (session 36, scripts/gpu_s35_prepared.sh h200: FUSEDMOE_TC_L2_PRE 0 / 4,0, two alternating
+# H200 (session 36, scripts/sessions/gpu_s35_prepared.sh h200: FUSEDMOE_TC_L2_PRE 0 / 4,0, two alternating
 # rounds, tc forced, graph us): deepseek-v3 tp8 fp8_block 33.7 -> 33.4-33.5, 43.1-43.2 -> 42.8, 53.4 ->
 # 53.1 (every T, both rounds); qwen3 fp8_channel / int8_channel T=3 37.9-38.1 -> 37.6-37.9 (both);
 # T=2 even; T=4 even to 0.1 us slower (int8 45.0 -> 45.1 in both). Again with the default math
@@ -661,7 +661,7 @@ TC_L2_PRE_GEMM1 = 4                # GEMM1's L2_PRE where the GPU's name contain
 TC_L2_PRE_ON: tuple = ("H100", "H200")
 # A SHARE GEMM1's (qwen3 T=8): its table is written in the chain, so the hint takes each pair's expert
 # from the ids, leader or not. Session 35 (H100, `fusedmoe bench --tokens 8`, qwen3 fp8_channel /
-# int8_channel, three alternating rounds, scripts/gpu_s35_share_l2.sh): 0 lines 95.7-95.8 / 95.2-95.6
+# int8_channel, three alternating rounds, scripts/sessions/gpu_s35_share_l2.sh): 0 lines 95.7-95.8 / 95.2-95.6
 # us, 2 lines 95.5-95.7 / 95.3-95.5, 4 lines 96.0-96.2 / 95.7-95.9. No gain: off.
 TC_L2_PRE_SHARE = 0
 

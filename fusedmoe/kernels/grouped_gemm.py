@@ -1094,7 +1094,7 @@ SCALE_PREFETCH = True
 # the tiled kernel's epilogue scales and routing weights loaded before its K loop (EPI_EARLY in
 # _gemm_tile; bitwise the same output either way). True / False: everywhere / nowhere; "int8"
 # (the default): where A is int8. H100 A/B, two alternating rounds (docs/BENCHMARKS.md twentieth
-# section, scripts/gpu_s20a.sh): qwen3 int8_channel T=4096 550.9 / 550.6 -> 546.9 / 547.3 us,
+# section, scripts/sessions/gpu_s20a.sh): qwen3 int8_channel T=4096 550.9 / 550.6 -> 546.9 / 547.3 us,
 # T=16384 1787 / 1805 -> 1768 / 1778; fp8_channel 0.3-1.5% slower, bf16 and Mixtral within noise
 EPILOGUE_LOADS_EARLY = "int8"
 

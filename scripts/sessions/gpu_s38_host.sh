@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 38: host time of eager W8A8 forwards (the H200 bench showed eager 1.5-2.3x the graph time
 # at qwen3 T = 16..1024 for fp8_channel / int8_channel, where bf16 is within 5%).
-#   OUT=$OUT bash scripts/gpu_s38_host.sh
+#   OUT=$OUT bash scripts/sessions/gpu_s38_host.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

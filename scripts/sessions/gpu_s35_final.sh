@@ -3,7 +3,7 @@
 # GPU tests that run the deepseek-v3 tp8 fp8_block chain through the backend, the shipped rule
 # against one group a step again (decode_t2.py --rule-ab, a new process, 3 rounds), and the default
 # W8A8 decode bench of deepseek-v3 tp8 fp8_block (two processes).
-#   OUT=$OUT bash scripts/gpu_s35_final.sh
+#   OUT=$OUT bash scripts/sessions/gpu_s35_final.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

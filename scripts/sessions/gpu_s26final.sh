@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 26 (H100): final figures at this code. Part a: every preset against its peers at the points
 # issue 4 leaves unmet (and Mixtral T=4096); part b: issue 5's points, bf16 and 8-bit in one run.
-#   bash scripts/gpu_s26final.sh a | b
+#   bash scripts/sessions/gpu_s26final.sh a | b
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

@@ -2,7 +2,7 @@
 # RAN in session 36 at 667cf41 (docs/BENCHMARKS.md thirty-sixth section): GEMM2's two-group steps lost and
 # were removed after it, so part 1 no longer runs at later commits.
 # Prepared in session 35 (no device time left). H100 (kind nvidia-h100-x1), ~6 min:
-#   OUT=$OUT bash scripts/gpu_s36_prepared.sh
+#   OUT=$OUT bash scripts/sessions/gpu_s36_prepared.sh
 # 1. deepseek-v3 tp8 fp8_block's tc GEMM2 with K steps of two scale groups (kernels/decode_tc.py
 # TC_GEMM2_BLOCK_GROUPS, off; K = 256: one step a slot). The bitwise test (one / two groups in GEMM1 and
 # GEMM2), each GEMM alone at T = 2, 3, 4 (decode_ab.py section T: GEMM2 BK 256 at 2 / 3 / 4 stages among

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 36 (H200, kind nvidia-h200, ~5 min): the H200 defaults set this session (tc GEMM1 two-group
 # K steps, its L2 hints, W4 for block scales at T=1) under their GPU tests, then the default decode bench.
-#   OUT=$OUT bash scripts/gpu_s36_h200_check.sh
+#   OUT=$OUT bash scripts/sessions/gpu_s36_h200_check.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

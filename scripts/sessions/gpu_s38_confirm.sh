@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 38 (H200): the retuned T=1024 entries against the ones they replace, alternating in fresh
 # processes (new, old, new, old), one point a GPU at once. Carry .s38old (the files before the retune).
-#   OUT=$OUT bash scripts/gpu_s38_confirm.sh
+#   OUT=$OUT bash scripts/sessions/gpu_s38_confirm.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 35. H100 (kind nvidia-h100-x1), ~6 min:  OUT=$OUT bash scripts/gpu_s36_retune.sh
+# Prepared in session 35. H100 (kind nvidia-h100-x1), ~6 min:  OUT=$OUT bash scripts/sessions/gpu_s36_retune.sh
 # Session 34's one-T `fusedmoe tune` found 1.05x over the shipped qwen3-30b-a3b fp8_channel T=64 entry
 # (fusedmoe/kernels/configs/E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_channel.json). This retunes
 # T = 16, 64, 256 into $OUT/configs, then times the layer with the shipped file and with the new one

@@ -3,7 +3,7 @@
 # measured): the bitwise tests (T = 2, 3, 5, 8; qwen3 T=8 is SHARE), then qwen3-30b-a3b fp8_channel and
 # int8_channel T=8 (64 pairs: SHARE) under FUSEDMOE_TC_L2_PRE 4,0 / 0 / 2,0, three alternating rounds (the
 # variable reaches every tc GEMM1 hint: at T=8 only SHARE's).
-#   OUT=$OUT bash scripts/gpu_s35_share_l2.sh
+#   OUT=$OUT bash scripts/sessions/gpu_s35_share_l2.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 29 (H100: name kind nvidia-h100-x1; carry .whl): (1) the decode tests under triton 3.9 in
 # session 28's final form, (2) benchmarks/dense_ceiling.py (the vendor's dense GEMMs at the targets'
-# shapes with an ideal MoE around them), (3) session 28's prepared Gluon probe (scripts/gpu_s28f.sh).
+# shapes with an ideal MoE around them), (3) session 28's prepared Gluon probe (scripts/sessions/gpu_s28f.sh).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

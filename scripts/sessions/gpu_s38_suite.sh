@@ -2,7 +2,7 @@
 # Session 38: the whole GPU suite on an H200 under triton 3.6 (the image's) and 3.9 (carried: `.whl`),
 # its two halves (scripts/gpu_run.sh test-a / test-b) on four GPUs at once where the machine has four
 # (one after another otherwise). Logs: $OUT/suite_{a,b}{36,39}.log
-#   OUT=$OUT bash scripts/gpu_s38_suite.sh [PARTS]    (default "a36 b36 a39 b39"; carry .whl for 39)
+#   OUT=$OUT bash scripts/sessions/gpu_s38_suite.sh [PARTS]    (default "a36 b36 a39 b39"; carry .whl for 39)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"

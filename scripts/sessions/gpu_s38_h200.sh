@@ -6,7 +6,7 @@
 #   2: deepseek-v3 tp8 bf16 against every peer, then none,fp8_block (issue 5, the same run)
 #   3: qwen3-30b-a3b none,fp8_channel,int8_channel (triton, grouped_mm)
 # Results: $OUT/s38.tar (the device tool returns at most 8 files).
-#   OUT=$OUT bash scripts/gpu_s38_h200.sh [PARTS]   (default 0123)
+#   OUT=$OUT bash scripts/sessions/gpu_s38_h200.sh [PARTS]   (default 0123)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

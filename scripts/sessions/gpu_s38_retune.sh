@@ -2,7 +2,7 @@
 # Session 38 (H200): retune the W8A8 points where the H200's 8-bit / bf16 ratio trails the H100's
 # (docs/BENCHMARKS.md, thirty-eighth section), one point a GPU at once (scripts/gpu_retune.sh: tune,
 # then shipped vs retuned in the same process order). Results: $OUT/p<i>_retune.txt, $OUT/p<i>.tar
-#   OUT=$OUT bash scripts/gpu_s38_retune.sh
+#   OUT=$OUT bash scripts/sessions/gpu_s38_retune.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 # S38_POINTS="preset:tp:T:scheme ..." overrides (the second call: the T=256 8-bit points, deepseek bf16 T=1024)

@@ -3,7 +3,7 @@
 # (kernels/decode_tc.py TC_GEMM1_BLOCK_GROUPS 2, SUB_K): the tests, GEMM1 alone at T = 2, 3, 4
 # (benchmarks/decode_ab.py section T: BK 256 at 3 / 4 / 5 stages among the sweep), then the layer
 # under the shipped rules ("tcds") against tcg2s3 / s4 / s5 (decode_t2.py --rule-ab, 3 rounds).
-#   OUT=$OUT bash scripts/gpu_s35_groups.sh
+#   OUT=$OUT bash scripts/sessions/gpu_s35_groups.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH="$PWD"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
