@@ -19,6 +19,12 @@ and the file. ``quantization_config`` becomes the native scheme name:
 | fp8 + weight_block_size             | fp8_block (DeepSeek-V3)                    |
 | fp8 without blocks                  | fp8_tensor (per-tensor scales; `:static` if activation_scheme=static) |
 | fbgemm_fp8                          | fp8_channel (per-channel weights, dynamic per-token activations) |
+| compressed-tensors, one config group: 8-bit float weights per channel + dynamic per-token activations | fp8_channel |
+|   ... per tensor + per-tensor activations (dynamic / static)      | fp8_tensor / fp8_tensor:static |
+|   ... 128x128 blocks + dynamic 1x128 activation groups            | fp8_block                  |
+|   ... 8-bit int weights per channel + dynamic per-token int activations | int8_channel          |
+|   ... 8-bit weights per channel, no activation quantization       | fp8_w8a16 / int8_w8a16     |
+|   ... 4-bit int weights in groups of 32/64/128, no activations    | int4_w4a16:gN[:zp]         |
 | mxfp4                               | mxfp4 (gpt-oss)                            |
 | modelopt NVFP4 / FP8                | nvfp4 / fp8_tensor                         |
 | gptq / awq (4-bit, group 32/64/128) | int4_w4a16:gN[:zp]                         |
@@ -266,6 +272,8 @@ def _quant(qc: Any, source: str) -> tuple[str, str]:
         return ("fp8_tensor:static" if qc.get("activation_scheme") == "static" else "fp8_tensor"), ""
     if method == "fbgemm_fp8":
         return "fp8_channel", ""
+    if method == "compressed-tensors":
+        return _compressed_tensors(qc)
     if method == "mxfp4":
         return "mxfp4", ""
     if method == "modelopt":
@@ -278,6 +286,53 @@ def _quant(qc: Any, source: str) -> tuple[str, str]:
             zp = (not qc.get("sym", True)) if method == "gptq" else bool(qc.get("zero_point", True))
             return f"int4_w4a16:g{group}" + (":zp" if zp else ""), ""
     return "none", f"; quantization_config {method or '?'!r} not recognized, quant treated as 'none'"
+
+
+def _ct_scheme(group: Any) -> Optional[str]:
+    """The scheme of one compressed-tensors config group, None where fusedmoe has none that
+    computes the same thing (the ``_quant`` table)."""
+    if not isinstance(group, dict) or not isinstance(group.get("weights"), dict):
+        return None
+    w, a = group["weights"], group.get("input_activations")
+    bits, kind, strat = w.get("num_bits"), w.get("type"), w.get("strategy")
+    if a is not None and not isinstance(a, dict):
+        return None
+    dyn = bool(a and a.get("dynamic"))
+    a_strat = a.get("strategy") if a else None
+    if bits == 8 and kind == "float":
+        if a is None:
+            return "fp8_w8a16" if strat == "channel" else None
+        if a.get("num_bits") != 8 or a.get("type") != "float":
+            return None
+        if strat == "channel" and dyn and a_strat == "token":
+            return "fp8_channel"
+        if strat == "tensor" and a_strat == "tensor":
+            return "fp8_tensor" if dyn else "fp8_tensor:static"
+        if (strat == "block" and list(w.get("block_structure") or []) == [128, 128] and dyn
+                and a_strat == "group" and a.get("group_size") == 128):
+            return "fp8_block"
+        return None
+    if bits == 8 and kind == "int" and w.get("symmetric", True) and strat == "channel":
+        if a is None:
+            return "int8_w8a16"
+        if a.get("num_bits") == 8 and a.get("type") == "int" and dyn and a_strat == "token":
+            return "int8_channel"
+        return None
+    if bits == 4 and kind == "int" and a is None and strat == "group" and w.get("group_size") in (32, 64, 128):
+        return f"int4_w4a16:g{w['group_size']}" + ("" if w.get("symmetric", True) else ":zp")
+    return None
+
+
+def _compressed_tensors(qc: dict) -> tuple[str, str]:
+    """(scheme, note) of a compressed-tensors quantization_config: its config groups must all
+    name one scheme of the ``_quant`` table."""
+    groups = qc.get("config_groups")
+    found = {_ct_scheme(g) for g in groups.values()} if isinstance(groups, dict) and groups else {None}
+    if len(found) == 1 and None not in found:
+        return found.pop(), ""
+    what = ", ".join(sorted(x for x in found if x)) or "none recognized"
+    return "none", (f"; compressed-tensors config groups not mapped to one fusedmoe scheme ({what}), quant "
+                    "treated as 'none'")
 
 
 def preset_from_hf_dict(cfg: dict, source: str = "<dict>", name: Optional[str] = None) -> ModelPreset:

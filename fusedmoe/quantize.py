@@ -12,6 +12,11 @@ Loaders (each returns ``ExpertWeights``; a ``scheme`` other than 'none' quantize
   from_per_expert     lists of per-expert gate [I, H], up [I, H], down [H, I] (nn.Linear layout).
   from_fused_gate_up  fused gate_up [E, N, H] + down [E, H, I], or with transposed=True the
                       Hugging Face fused-experts layout gate_up_proj [E, H, N] + down_proj [E, I, H].
+  from_quantized_per_expert
+                      per-expert 8-bit weights with their ``weight_scale`` as compressed-tensors,
+                      fbgemm-fp8 and per-tensor fp8 checkpoints store them (per channel or per
+                      tensor, multiplying), and their ``input_scale`` for static fp8; no
+                      requantization except fp8_tensor's gate / up halves (see there).
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ from .errors import ConfigError, ConfigTypeError, InputError
 from .reference.quant import dequantize_weight, quantize_weight
 from .weights import ExpertWeights
 
-__all__ = ["quantize_experts", "dequantize_experts", "from_deepseek_fp8", "from_per_expert", "from_fused_gate_up"]
+__all__ = ["quantize_experts", "dequantize_experts", "from_deepseek_fp8", "from_per_expert", "from_fused_gate_up",
+           "from_quantized_per_expert"]
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -226,3 +232,140 @@ def from_fused_gate_up(gate_up: torch.Tensor, down: torch.Tensor, scheme: Union[
                          "transposed=False expects gate_up [E, N, H], down [E, H, I]; "
                          "transposed=True expects gate_up [E, H, N], down [E, I, H]")
     return quantize_experts(w13, w2, scheme, **kwargs)
+
+
+# the schemes whose checkpoints store 8-bit weights with per-channel or per-tensor scales that multiply
+_PREQUANTIZED = {QuantMethod.FP8_CHANNEL: (torch.float8_e4m3fn, "channel"),
+                 QuantMethod.FP8_W8A16: (torch.float8_e4m3fn, "channel"),
+                 QuantMethod.FP8_TENSOR: (torch.float8_e4m3fn, "tensor"),
+                 QuantMethod.INT8_CHANNEL: (torch.int8, "channel"),
+                 QuantMethod.INT8_W8A16: (torch.int8, "channel")}
+
+
+def _stack_scales(name: str, scales, weights: torch.Tensor, per: str) -> torch.Tensor:
+    """The checkpoint's per-expert weight_scale tensors -> fp32 [E, out] (per channel) or [E]
+    (per tensor), checked finite and > 0 (load time: the host sync is fine)."""
+    E, out = weights.shape[0], weights.shape[1]
+    if isinstance(scales, torch.Tensor) or not isinstance(scales, (list, tuple)):
+        raise ConfigTypeError(name, scales, "a list of tensors, one per expert (the checkpoint's weight_scale)")
+    if len(scales) != E:
+        raise InputError(f"len({name})", len(scales), f"{E} (one per expert)", "pass one weight_scale per expert")
+    want = out if per == "channel" else 1
+    rows = []
+    for e, t in enumerate(scales):
+        if not isinstance(t, torch.Tensor):
+            raise ConfigTypeError(f"{name}[{e}]", t, "torch.Tensor")
+        if not t.is_floating_point() or t.numel() != want or (per == "channel" and t.dim() not in (1, 2)):
+            shapes = f"[{out}, 1] or [{out}]" if per == "channel" else "[] or [1]"
+            raise InputError(f"{name}[{e}]", f"{t.dtype} {tuple(t.shape)}", f"a float tensor of shape {shapes}",
+                             f"a per-{per} weight_scale of a [{out}, {weights.shape[2]}] weight "
+                             f"(per-{'tensor' if per == 'channel' else 'channel'} scales belong to another scheme)")
+        rows.append(t.reshape(want).to(device=weights.device, dtype=torch.float32))
+    s = torch.stack(rows)
+    if not bool(torch.isfinite(s).all()) or not bool((s > 0).all()):
+        raise InputError(name, "a scale that is <= 0, Inf or NaN", "finite scales > 0",
+                         "pass the checkpoint's weight_scale (it multiplies: value = q * scale)")
+    return s if per == "channel" else s.reshape(E)
+
+
+def _input_scale(name: str, scales, E: int, device) -> torch.Tensor:
+    """The largest of the experts' static input scales, fp32 [1] (one scale per GEMM serves every
+    expert; the largest clips no expert's calibrated range)."""
+    if isinstance(scales, torch.Tensor) or not isinstance(scales, (list, tuple)) or len(scales) != E:
+        raise InputError(name, type(scales).__name__, f"a list of {E} input scales (floats or 1-element tensors)",
+                         "pass each expert's input_scale")
+    return torch.stack([_scale_tensor(f"{name}[{e}]", v, device) for e, v in enumerate(scales)]).amax().reshape(1)
+
+
+def from_quantized_per_expert(gate: Sequence[torch.Tensor], up: Optional[Sequence[torch.Tensor]],
+                              down: Sequence[torch.Tensor], gate_scale: Sequence[torch.Tensor],
+                              up_scale: Optional[Sequence[torch.Tensor]], down_scale: Sequence[torch.Tensor],
+                              scheme: Union[QuantScheme, str], *, gate_input_scale=None, up_input_scale=None,
+                              down_input_scale=None, w13_bias: Optional[torch.Tensor] = None,
+                              w2_bias: Optional[torch.Tensor] = None) -> ExpertWeights:
+    """Per-expert 8-bit nn.Linear weights with their scales -> ExpertWeights in ``scheme``.
+
+    The layout of compressed-tensors (``weight`` + ``weight_scale``, also ``input_scale`` for
+    static activation scales), fbgemm-fp8 (``weight`` + ``weight_scale``) and per-tensor fp8
+    (``weight`` + ``weight_scale``) checkpoints, one tensor per expert and projection:
+      gate[e], up[e] [I, H] (``gate_proj`` / ``w1``, ``up_proj`` / ``w3``), down[e] [H, I]
+      (``down_proj`` / ``w2``): float8_e4m3fn for the fp8 schemes, int8 for the int8 ones;
+      *_scale[e]: the weight_scale, which MULTIPLIES (value = q * scale), any float dtype:
+        [out, 1] or [out] per channel (fp8_channel, int8_channel, fp8_w8a16, int8_w8a16),
+        [] or [1] per tensor (fp8_tensor, fp8_tensor:static);
+      *_input_scale[e] (fp8_tensor:static only): the checkpoint's input_scale of each expert.
+        The layer has one input scale per GEMM for all experts: the largest of the experts'
+        (gate and up for GEMM1, down for GEMM2), so no expert's calibrated range is clipped.
+    ``up=None`` / ``up_scale=None``: a non-gated activation (w13 = gate).
+
+    Per-channel scales need no requantization: w13's rows are gate's then up's, each with its
+    own scale. Per tensor, w13 = [gate; up] has one scale an expert: where an expert's gate and
+    up scales differ, the half with the smaller scale is requantized to the larger one (one more
+    fp8 rounding of that half, relative error <= 2^-4; equal scales are kept bit for bit).
+    fp8_block checkpoints (``weight_scale_inv``): ``from_deepseek_fp8``; 16/32-bit weights:
+    ``from_per_expert(..., scheme=...)``.
+    """
+    scheme = QuantScheme.parse(scheme)
+    if scheme.method not in _PREQUANTIZED or scheme.has_zero_point or getattr(scheme, "group_size", None):
+        raise ConfigError("scheme", scheme.name, sorted(f"{m.value}" for m in _PREQUANTIZED) + ["fp8_tensor:static"],
+                          "8-bit checkpoints with per-channel or per-tensor scales; fp8 128x128 blocks "
+                          "(weight_scale_inv): from_deepseek_fp8; 16/32-bit weights: from_per_expert(..., scheme=)")
+    dtype, per = _PREQUANTIZED[scheme.method]
+    if (up is None) != (up_scale is None):
+        raise InputError("up_scale", "None" if up_scale is None else "given", "None exactly when up is None",
+                         "pass up's weight_scale with up (or neither, for a non-gated activation)")
+    g = _stack("gate", gate)                                            # [E, I, H]
+    d = _stack("down", down)                                            # [E, H, I]
+    u = _stack("up", up) if up is not None else None
+    E = g.shape[0]
+    for name, ts in (("up", u), ("down", d)):
+        if ts is not None and ts.shape[0] != E:
+            raise InputError(f"len({name})", ts.shape[0], f"{E} (len(gate))", "pass one tensor per expert")
+    if u is not None and u.shape != g.shape:
+        raise InputError("up", tuple(u.shape[1:]), f"the shape of gate {tuple(g.shape[1:])}",
+                         "gate and up projections have the same shape [I, H]")
+    for name, w in (("gate", g), ("up", u), ("down", d)):
+        if w is not None and w.dtype != dtype:
+            raise InputError(f"{name}.dtype", w.dtype, [dtype],
+                             f"'{scheme.name}' checkpoints hold {dtype} weights; for 16/32-bit weights use "
+                             "from_per_expert(..., scheme=...)")
+    sg = _stack_scales("gate_scale", gate_scale, g, per)
+    sd = _stack_scales("down_scale", down_scale, d, per)
+    su = _stack_scales("up_scale", up_scale, u, per) if u is not None else None
+    if u is None:
+        w13, s13 = g, sg
+    elif per == "channel":
+        w13, s13 = torch.cat([g, u], dim=1), torch.cat([sg, su], dim=1)    # [E, 2I, H], [E, 2I]
+    else:
+        s13 = torch.maximum(sg, su)                                     # [E]
+        w13 = torch.cat([_requantize_fp8(g, sg / s13), _requantize_fp8(u, su / s13)], dim=1)
+    static = scheme.static_activation_scale
+    given = [v is not None for v in (gate_input_scale, up_input_scale, down_input_scale)]
+    a13 = a2 = None
+    if static:
+        if not given[0] or not given[2] or (u is not None and not given[1]):
+            raise InputError("gate_input_scale / up_input_scale / down_input_scale", "missing",
+                             "each expert's input_scale", f"'{scheme.name}' uses calibrated input scales; or use "
+                             "the dynamic scheme 'fp8_tensor'")
+        a13 = _input_scale("gate_input_scale", gate_input_scale, E, g.device)
+        if u is not None:
+            a13 = torch.maximum(a13, _input_scale("up_input_scale", up_input_scale, E, g.device))
+        a2 = _input_scale("down_input_scale", down_input_scale, E, g.device)
+    elif any(given):
+        raise ConfigError("input_scale", "given", [None], f"'{scheme.name}' has no static input scale; "
+                          "for fp8 with calibrated input scales use scheme 'fp8_tensor:static'")
+    _check_bias("w13_bias", w13_bias, E, w13.shape[1])
+    _check_bias("w2_bias", w2_bias, E, d.shape[1])
+    return ExpertWeights(w13=w13, w2=d, scheme=scheme, w13_scale=s13, w2_scale=sd, a13_scale=a13, a2_scale=a2,
+                         w13_bias=w13_bias, w2_bias=w2_bias)
+
+
+def _requantize_fp8(q: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """fp8 [E, out, K] with per-expert scale s_e -> the same values on the scale s_e / ratio_e
+    (ratio [E] in (0, 1]); experts whose ratio is 1 are kept bit for bit."""
+    from .reference.quant import _to_fp8
+    if bool((ratio == 1).all()):
+        return q
+    r = _to_fp8(q.float() * ratio[:, None, None])
+    keep = (ratio == 1)[:, None, None]
+    return torch.where(keep, q.view(torch.uint8), r.view(torch.uint8)).view(torch.float8_e4m3fn)

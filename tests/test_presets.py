@@ -163,6 +163,14 @@ def test_gpt_oss_experts_per_token_only():
     assert preset_from_hf_dict(cfg).top_k == 4
 
 
+def _ct(weights: dict, activations, fmt: str = "float-quantized") -> dict:
+    """A compressed-tensors quantization_config with one config group (the layout of llm-compressor
+    checkpoints: config_groups.group_0.{weights, input_activations, targets}, format, ignore)."""
+    return {"quant_method": "compressed-tensors", "format": fmt, "ignore": ["lm_head"],
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": dict(weights, dynamic=False),
+                                          "input_activations": activations, "output_activations": None}}}
+
+
 @pytest.mark.parametrize("qc, scheme", [
     ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8_block"),
     ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8_tensor"),
@@ -173,12 +181,40 @@ def test_gpt_oss_experts_per_token_only():
     ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}, "int4_w4a16:g128"),
     ({"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": True}, "int4_w4a16:g64:zp"),
     ({"quant_method": "bitsandbytes"}, "none"),
+    (_ct({"num_bits": 8, "type": "float", "strategy": "channel"},
+         {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}), "fp8_channel"),
+    (_ct({"num_bits": 8, "type": "float", "strategy": "tensor"},
+         {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False}), "fp8_tensor:static"),
+    (_ct({"num_bits": 8, "type": "float", "strategy": "tensor"},
+         {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": True}), "fp8_tensor"),
+    (_ct({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
+         {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": True}), "fp8_block"),
+    (_ct({"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True},
+         {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}), "int8_channel"),
+    (_ct({"num_bits": 8, "type": "float", "strategy": "channel"}, None), "fp8_w8a16"),
+    (_ct({"num_bits": 8, "type": "int", "strategy": "channel"}, None), "int8_w8a16"),
+    (_ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}, None),
+     "int4_w4a16:g128"),
+    (_ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64, "symmetric": False}, None),
+     "int4_w4a16:g64:zp"),
+    # per-tensor weights with per-token activations: no fusedmoe scheme computes exactly that
+    (_ct({"num_bits": 8, "type": "float", "strategy": "tensor"},
+         {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}), "none"),
+    # two groups with different schemes (e.g. attention and experts): not one scheme
+    (dict(_ct({"num_bits": 8, "type": "float", "strategy": "channel"},
+              {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}),
+          config_groups={"group_0": _ct({"num_bits": 8, "type": "float", "strategy": "channel"}, None)
+                         ["config_groups"]["group_0"],
+                         "group_1": _ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+                                        None)["config_groups"]["group_0"]}), "none"),
 ])
 def test_quantization_config(qc, scheme):
     p = preset_from_hf_dict(dict(HF["mixtral-8x7b"], quantization_config=qc))
     assert p.quant == scheme
     if qc["quant_method"] == "bitsandbytes":
         assert "not recognized" in p.notes
+    if qc["quant_method"] == "compressed-tensors":
+        assert ("not mapped" in p.notes) == (scheme == "none")
 
 
 # ----------------------------------------------------------------------------------------- #

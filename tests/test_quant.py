@@ -13,7 +13,7 @@ import torch
 from fusedmoe.config import MoEConfig, QuantScheme
 from fusedmoe.errors import ConfigError, ConfigTypeError, FusedMoEError, InputError
 from fusedmoe.quantize import (dequantize_experts, from_deepseek_fp8, from_fused_gate_up, from_per_expert,
-                               quantize_experts)
+                               from_quantized_per_expert, quantize_experts)
 from fusedmoe.reference import quant as Q
 from fusedmoe.weights import ExpertWeights
 
@@ -460,3 +460,106 @@ def test_from_per_expert_and_fused_gate_up():
         from_per_expert(torch.stack(gate), up, down)             # stacked tensor, not a list
     with pytest.raises(ConfigTypeError, match="down"):
         from_per_expert(gate, up, [])
+
+
+# ------------------------------------------------------------- 8-bit checkpoints with weight_scale
+def _per_expert_8bit(scheme: str, E=3, H=256, I=128, seed=60):
+    """Per-expert bf16 gate / up / down, and each projection quantized on its own the way a
+    compressed-tensors / fbgemm-fp8 checkpoint stores it: (gate, up, down) weights as lists, their
+    weight_scale lists ([out, 1] fp32 per channel, [] per tensor), and the 16-bit originals."""
+    gate, up, down = (_randn(E, I, H, seed=seed) * 0.05, _randn(E, I, H, seed=seed + 1) * 0.07,
+                      _randn(E, H, I, seed=seed + 2) * 0.05)
+    gate[1] *= 3                  # expert 1: gate's range above up's (expert 2: below), per tensor
+    qs, ss = [], []
+    for w in (gate, up, down):
+        q = Q.quantize_weight(w, scheme)
+        per_tensor = q["scale"].dim() == 1
+        qs.append(list(q["w"]))
+        ss.append([sc.reshape(()) if per_tensor else sc[:, None] for sc in q["scale"]])
+    return qs, ss, (gate, up, down)
+
+
+@pytest.mark.parametrize("scheme", ["fp8_channel", "int8_channel", "fp8_w8a16", "int8_w8a16"])
+def test_from_quantized_per_expert_channel_is_exact(scheme):
+    """Per-channel scales need no requantization: the loaded layer is bit for bit what quantizing
+    the fused 16-bit weights gives (a row's scale depends on that row alone)."""
+    (g, u, d), (sg, su, sd), (g16, u16, d16) = _per_expert_8bit(scheme)
+    ew = from_quantized_per_expert(g, u, d, sg, su, sd, scheme)
+    ref = quantize_experts(torch.cat([g16, u16], dim=1), d16, scheme)
+    ew.validate(MoEConfig(num_experts=3, top_k=2, hidden_size=256, intermediate_size=128))
+    for name in ("w13", "w2", "w13_scale", "w2_scale"):
+        a, b = getattr(ew, name), getattr(ref, name)
+        assert a.shape == b.shape and a.dtype == b.dtype, name
+        assert torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a,
+                           b.view(torch.uint8) if b.element_size() == 1 else b), name
+    # scales as [out] and in bf16 (some checkpoints): converted to fp32, within bf16's rounding
+    ew16 = from_quantized_per_expert(g, u, d, [x.reshape(-1).bfloat16() for x in sg],
+                                     [x.reshape(-1).bfloat16() for x in su], [x.bfloat16() for x in sd], scheme)
+    assert ew16.w13_scale.dtype == torch.float32
+    assert _rel(ew16.w13_scale, ref.w13_scale) < 2 ** -8
+    # non-gated: w13 = gate
+    ng = from_quantized_per_expert(g, None, d, sg, None, sd, scheme)
+    assert ng.w13.shape == (3, 128, 256) and torch.equal(ng.w13_scale, ew.w13_scale[:, :128])
+
+
+def test_from_quantized_per_expert_tensor_scales():
+    """fp8 per-tensor: w13 has one scale an expert, the larger of gate's and up's; the other half is
+    requantized (one more fp8 rounding), an expert whose two scales agree is kept bit for bit.
+    Static input scales: the largest over the experts (and over gate / up for GEMM1)."""
+    (g, u, d), (sg, su, sd), (g16, u16, d16) = _per_expert_8bit("fp8_tensor")
+    su[0] = sg[0].clone()                                   # expert 0: same scale for gate and up
+    u[0] = Q._to_fp8(u16[0].float() / sg[0])
+    ew = from_quantized_per_expert(g, u, d, sg, su, sd, "fp8_tensor")
+    ew.validate(MoEConfig(num_experts=3, top_k=2, hidden_size=256, intermediate_size=128))
+    assert ew.w13_scale.shape == (3,)
+    assert torch.equal(ew.w13_scale, torch.maximum(torch.stack(sg), torch.stack(su)).float())
+    assert torch.equal(ew.w13[0, :128].view(torch.uint8), g[0].view(torch.uint8))
+    assert torch.equal(ew.w13[0, 128:].view(torch.uint8), u[0].view(torch.uint8))
+    assert sg[1] > su[1] and sg[2] < su[2]                  # both halves get requantized somewhere
+    assert torch.equal(ew.w13[1, :128].view(torch.uint8), g[1].view(torch.uint8))    # the larger scale's half
+    assert torch.equal(ew.w13[2, 128:].view(torch.uint8), u[2].view(torch.uint8))
+    d13, d2 = dequantize_experts(ew)
+    loaded = torch.cat([torch.stack([q.float() * s for q, s in zip(g, sg)]),
+                        torch.stack([q.float() * s for q, s in zip(u, su)])], dim=1)
+    assert (d13 - loaded).abs().max() <= (loaded.abs() * 2 ** -4 + ew.w13_scale.max() * 2 ** -9).max()
+    assert _rel(d13, torch.cat([g16, u16], dim=1)) < 0.05   # two fp8 roundings at most
+    assert _rel(d2, d16) < 0.035
+    # static input scales
+    ins = dict(gate_input_scale=[0.1, 0.3, 0.2], up_input_scale=[0.25, torch.tensor([0.05]), 0.1],
+               down_input_scale=[torch.tensor(0.5), 0.7, 0.6])
+    st = from_quantized_per_expert(g, u, d, sg, su, sd, "fp8_tensor:static", **ins)
+    assert st.a13_scale.tolist() == [pytest.approx(0.3)] and st.a2_scale.tolist() == [pytest.approx(0.7)]
+    st.validate(MoEConfig(num_experts=3, top_k=2, hidden_size=256, intermediate_size=128))
+
+
+def test_from_quantized_per_expert_errors():
+    (g, u, d), (sg, su, sd), (g16, u16, d16) = _per_expert_8bit("fp8_channel")
+    (ti, _, _), (tsg, tsu, tsd), _ = _per_expert_8bit("fp8_tensor")
+    ok = dict(gate=g, up=u, down=d, gate_scale=sg, up_scale=su, down_scale=sd, scheme="fp8_channel")
+    cases = [
+        (dict(scheme="fp8_block"), ConfigError, "from_deepseek_fp8"),
+        (dict(scheme="int4_w4a16"), ConfigError, "scheme"),
+        (dict(scheme="int8_w8a16:g64"), ConfigError, "scheme"),
+        (dict(scheme="int8_channel"), InputError, r"gate\.dtype"),                # fp8 weights, int8 scheme
+        (dict(gate=list(g16)), InputError, r"gate\.dtype"),                       # bf16: from_per_expert
+        (dict(gate_scale=tsg), InputError, r"gate_scale\[0\]"),                   # per-tensor scale, channel scheme
+        (dict(scheme="fp8_tensor", gate=ti), InputError, r"gate_scale\[0\]"),    # per-channel scale, tensor scheme
+        (dict(down_scale=sd[:2]), InputError, r"len\(down_scale\)"),
+        (dict(down_scale=torch.stack(sd)), ConfigTypeError, "down_scale"),
+        (dict(up_scale=None), InputError, "up_scale"),
+        (dict(gate_scale=[-sg[0]] + sg[1:]), InputError, "gate_scale"),
+        (dict(gate_scale=[sg[0] * NAN] + sg[1:]), InputError, "gate_scale"),
+        (dict(down=d[:2]), InputError, r"len\(down\)"),
+        (dict(gate_input_scale=[0.1] * 3), ConfigError, "input_scale"),            # dynamic scheme: none
+    ]
+    for changes, err, pattern in cases:
+        kw = dict(ok, **changes)
+        with pytest.raises(err, match=pattern):
+            from_quantized_per_expert(kw.pop("gate"), kw.pop("up"), kw.pop("down"), kw.pop("gate_scale"),
+                                      kw.pop("up_scale"), kw.pop("down_scale"), kw.pop("scheme"), **kw)
+    (tg, tu, td), (tsg, tsu, tsd), _ = _per_expert_8bit("fp8_tensor")
+    with pytest.raises(InputError, match="input_scale"):                       # static: scales needed
+        from_quantized_per_expert(tg, tu, td, tsg, tsu, tsd, "fp8_tensor:static", gate_input_scale=[0.1] * 3)
+    with pytest.raises(InputError, match=r"down_input_scale\[1\]"):
+        from_quantized_per_expert(tg, tu, td, tsg, tsu, tsd, "fp8_tensor:static", gate_input_scale=[0.1] * 3,
+                                  up_input_scale=[0.1] * 3, down_input_scale=[0.1, -1.0, 0.1])
