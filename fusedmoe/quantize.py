@@ -362,10 +362,7 @@ def from_quantized_per_expert(gate: Sequence[torch.Tensor], up: Optional[Sequenc
 
 def _requantize_fp8(q: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
     """fp8 [E, out, K] with per-expert scale s_e -> the same values on the scale s_e / ratio_e
-    (ratio [E] in (0, 1]); experts whose ratio is 1 are kept bit for bit."""
+    (ratio [E] in (0, 1]); an expert whose ratio is 1 keeps its finite values bit for bit (an
+    fp8 value times 1 rounds to itself)."""
     from .reference.quant import _to_fp8
-    if bool((ratio == 1).all()):
-        return q
-    r = _to_fp8(q.float() * ratio[:, None, None])
-    keep = (ratio == 1)[:, None, None]
-    return torch.where(keep, q.view(torch.uint8), r.view(torch.uint8)).view(torch.float8_e4m3fn)
+    return q if bool((ratio == 1).all()) else _to_fp8(q.float() * ratio[:, None, None])
