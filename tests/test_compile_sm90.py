@@ -1,4 +1,4 @@
-"""The decode kernels compile for sm_90 (Hopper) on any machine: scripts/compile_check.py
+"""The decode kernels compile for sm_90 (Hopper) on any machine: tools/compile_check.py
 runs triton.compile (front end through ptxas, no launch) in a subprocess without
 TRITON_INTERPRET. The interpreter accepts code the compiler rejects (a variable re-typed
 inside an ``if``), so CPU CI would not see such an error otherwise."""
@@ -29,7 +29,7 @@ def _compile_env() -> dict:
 
 @pytest.mark.skipif(not _ptxas_available(), reason="triton without its bundled ptxas")
 def test_decode_kernels_compile_for_sm90():
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_check.py")], env=_compile_env(),
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "compile_check.py")], env=_compile_env(),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert r.stdout.count("ok ") >= 23
@@ -39,7 +39,7 @@ def test_decode_kernels_compile_for_sm90():
 
 _VECTOR_LOADS = r'''
 import os, re, sys
-sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
+sys.path.insert(0, os.path.join(sys.argv[1], "tools"))
 import torch
 import compile_check as cc
 from fusedmoe.kernels import decode as dk
@@ -75,7 +75,7 @@ def test_decode_gemm2_loads_are_vectorized():
 
 _BYTE_PROBE = r'''
 import os, sys
-sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
+sys.path.insert(0, os.path.join(sys.argv[1], "tools"))
 import torch, triton, triton.language as tl
 import compile_check as cc
 
@@ -83,7 +83,7 @@ import compile_check as cc
 @triton.jit
 def _slice(w_ptr, out_ptr, n_cols, stride, WHERE: tl.constexpr, BH: tl.constexpr, BC: tl.constexpr):
     # a [BH, BC] column slice of 8-bit rows, as a split-I decode reads w2; WHERE writes the column
-    # offsets the way that lost their contiguity in session 37
+    # offsets the way that once lost their contiguity
     c = tl.program_id(0) * BC + tl.arange(0, BC)
     ok = c < n_cols
     cols = tl.where(ok, c, 0) if WHERE else c
@@ -101,7 +101,7 @@ for where in (False, True):
 
 @pytest.mark.skipif(not _ptxas_available(), reason="triton without its bundled ptxas")
 def test_compile_check_catches_byte_loads(tmp_path):
-    # scripts/compile_check.py fails any case with 8-bit global loads (byte_loads): the check
+    # tools/compile_check.py fails any case with 8-bit global loads (byte_loads): the check
     # finds them in a column slice whose offsets went through tl.where, and none without
     env = _compile_env()
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")

@@ -3,11 +3,11 @@ machine without a GPU (no launch), with the JIT's specialization (16-byte aligne
 and ints, unit strides as constants: without it nothing is pipelined and the shared-memory
 figure printed means nothing): catches
 Triton front-end / compiler errors (e.g. a variable re-typed inside an ``if``) that the
-interpreter (TRITON_INTERPRET=1) does not, before spending device time.
+interpreter (TRITON_INTERPRET=1) does not, before any GPU run.
 
-    python scripts/compile_check.py            (TRITON_INTERPRET must be unset)
-    COMPILE_CHECK_W4=1 python scripts/compile_check.py   (the decode kernels' 8-bit word path)
-    PYTHONPATH=/path/to/triton36 python scripts/compile_check.py   (the device's Triton 3.6:
+    python tools/compile_check.py            (TRITON_INTERPRET must be unset)
+    COMPILE_CHECK_W4=1 python tools/compile_check.py   (the decode kernels' 8-bit word path)
+    PYTHONPATH=/path/to/triton36 python tools/compile_check.py   (Triton 3.6, the oldest supported:
         `pip install --target /path/to/triton36 triton==3.6.0`; 3.6 rejects code 3.9 takes,
         e.g. a constexpr-if branch that returns early and a differently shaped value after it)
 
@@ -172,7 +172,7 @@ def grouped_cases() -> list:
             gg.gemm1_act(torch.empty(T, H, dtype=bf), torch.empty(E, 2 * I, H, dtype=bf), align, k, "silu",
                          torch.empty(n, I, dtype=bf), config=c1x, zero=torch.empty(T, H, dtype=bf))
             out.append((f"grouped gemm1 bfloat16 zero{label}", captured[0]))
-        # GEMM1's gate and up in one dot of width 2 BN (GU_ONE_DOT, session 24): bf16, fp8 / int8 per channel,
+        # GEMM1's gate and up in one dot of width 2 BN (GU_ONE_DOT): bf16, fp8 / int8 per channel,
         # one tile a program and persistent (Mixtral T=16384's shipped GEMM1 kind)
         for wd in (bf, fp8, i8):
             q = {} if wd == bf else dict(quant="channel", a_scale=torch.empty(T, 1), b_scale=torch.empty(E, 2 * I))
@@ -182,7 +182,7 @@ def grouped_cases() -> list:
                              torch.empty(n, I, dtype=bf), config=dict(c1x, USE_TMA=True, GU_ONE_DOT=True,
                                                                         BLOCK_SIZE_K=64 if wd == bf else 128), **q)
                 out.append((f"grouped gemm1 {str(wd)[6:]} one_dot{label}", captured[0]))
-        # HALF_TAIL (session 25): a tile whose second half is padding at half height: GEMM1 one dot,
+        # HALF_TAIL: a tile whose second half is padding at half height: GEMM1 one dot,
         # one tile a program and persistent (Mixtral T=1024's kind), fp8 per channel; GEMM2 with
         # split K 2 and the atomic k-sum
         for wd in (bf, fp8):
@@ -198,7 +198,7 @@ def grouped_cases() -> list:
                  torch.empty(T, H, dtype=bf), config=dict(c2, SPLIT_K=2, USE_TMA=True, HALF_TAIL=True),
                  reduce="atomic_out")
         out.append(("grouped gemm2 bfloat16 half_tail split2 atomic_out", captured[0]))
-        # h in sorted order (GEMM2 config SORTED_H, session 26): GEMM1 writing it at the sorted
+        # h in sorted order (GEMM2 config SORTED_H): GEMM1 writing it at the sorted
         # positions (one dot, persistent), GEMM2 reading it by TMA (one tile a program, split K 2
         # with HALF_TAIL's pointer-loaded half tiles, persistent + flattened)
         hs = torch.empty(align.max_padded, I, dtype=bf)
@@ -213,7 +213,7 @@ def grouped_cases() -> list:
             gg.gemm2(hs, torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k), torch.empty(T, H, dtype=bf),
                      config=c2x, reduce=red, h_sorted=True)
             out.append((f"grouped gemm2 bfloat16 sorted_h{label}", captured[0]))
-        # x in sorted order (GEMM1 config SORTED_X, session 26): the copy (a PDL launch) and GEMM1
+        # x in sorted order (GEMM1 config SORTED_X): the copy (a PDL launch) and GEMM1
         # reading it by TMA (one dot, persistent)
         xs = torch.empty(align.max_padded, H, dtype=bf)
         captured.clear()
@@ -616,7 +616,7 @@ def main() -> int:
                     with open(f"{stem}.{ext}", "w") as f:
                         f.write(ck.asm[ext])
             # 8-bit global loads: every case here reads its 8-bit operands 4-16 bytes at a time; a
-            # byte load means a tile's contiguity was lost (session 37: a tl.where on the contiguous
+            # byte load means a tile's contiguity was lost (once: a tl.where on the contiguous
             # offsets turned a [BH, 16] fp8 tile into 32 byte loads a thread, the kernel 4x slower)
             narrow = byte_loads(ptx)
             if narrow:
