@@ -28,7 +28,7 @@ HAS_CUDA = torch.cuda.is_available()
 
 
 def pytest_collection_modifyitems(config, items):
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none here); run through the device tool")
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     skip_slow = pytest.mark.skip(reason="slow (inductor compile or the Triton interpreter); set RUN_SLOW=1 to run")
     run_slow = os.environ.get("RUN_SLOW", "") not in ("", "0")
     for item in items:

@@ -14,7 +14,7 @@ from fusedmoe.reference.routing import route
 from fusedmoe.tolerances import rel_error, tolerance
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run through the device tool)")]
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 DEV = "cuda"
 
