@@ -1,10 +1,10 @@
-"""What the vendor's dense GEMMs reach at the issue targets' shapes, with an ideal MoE around them.
+"""What the vendor's dense GEMMs reach at the benchmark presets' shapes, with an ideal MoE around them.
 
     python3 benchmarks/dense_ceiling.py [--points mixtral:1024,qwen3:16384,...] [--json out.json]
 
-Why: issues 4 and 5 set fractions of the roofline (max(FLOPs / dense bf16 rate, bytes / copy
-bandwidth), fusedmoe.bench.harness) and 8-bit / 16-bit ratios that sessions 20-28 did not reach
-at a few points (docs/NOTES.md). This script measures how far the same work gets when every
+Why: fusedmoe's figures are fractions of the roofline (max(FLOPs / dense bf16 rate, bytes / copy
+bandwidth), fusedmoe.bench.harness) and 8-bit / 16-bit ratios, and a few prefill points stay well
+below 80% of it (docs/BENCHMARKS.md). This script measures how far the same work gets when every
 MoE cost is taken away: each expert receives exactly T * k / E rows (no imbalance, no padding),
 the rows are already grouped (no gather, no alignment), and the k-sum is a contiguous view sum.
 What is left is cuBLAS / CUTLASS doing the expert GEMMs:
@@ -15,7 +15,7 @@ What is left is cuBLAS / CUTLASS doing the expert GEMMs:
 Times are CUDA-graph replays (fusedmoe.bench.harness.time_graph) over several input sets so
 that L2 does not hold them; the ceilings are measured in the same run as `fusedmoe bench` does.
 
-Decode (issue 5: T <= 16 within 1.3x of reading the hit experts' 8-bit weights once): the time
+Decode (the yardstick is reading the hit experts' 8-bit weights once): the time
 of one Triton kernel that only reads those bytes, and of two such kernels back to back (GEMM1's
 weights, then GEMM2's: the shape of any two-GEMM decode), over rotated buffers.
 
