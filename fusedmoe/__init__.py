@@ -1,6 +1,14 @@
 """fusedmoe: a fast, explainable fused Mixture-of-Experts layer for PyTorch."""
 __version__ = "0.1.0"
 
+from . import env as _env
+
+try:
+    _env.apply_log_level()
+except Exception as _e:  # a bad FUSEDMOE_LOG_LEVEL must not make the package unimportable
+    import logging as _logging
+    _logging.getLogger("fusedmoe").warning("%s", _e)
+
 from .config import (Activation, ExpertPlacement, GateUpLayout, MoEConfig, ParallelConfig,  # noqa: F401
                      QuantMethod, QuantScheme, Routing, ScoringFunc)
 from .errors import ConfigError, FusedMoEError, InputError, NoBackendError  # noqa: F401

@@ -47,7 +47,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import env
 from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
 from .quantize import HAS_GDC, _abs_bits, _quantize, _scale_from_amax_bits, gdc_launch_dependents, gdc_wait  # noqa: F401
@@ -571,14 +570,10 @@ def _triton_at_least(major: int, minor: int) -> bool:
         return True
 
 
-#: The 8-bit tile rules of session 29 (module constants so that benchmarks/decode_t2.py --rule-ab can
-#: time session 28's rules, 256 / 8192 / False, against them in the same run): the smallest
-#: BLOCK_K of an 8-bit decode GEMM2 from two tokens on (256 otherwise), the elements of an 8-bit
-#: GEMM1 step of row segments <= 256 wide, and whether GEMM2 takes several N tiles a program only
-#: when a tile is one K step.
+# the 8-bit tile rules (decode_config): the smallest BLOCK_K of an 8-bit GEMM2 from two tokens on
+# (256 otherwise), and the elements of an 8-bit GEMM1 step of row segments <= 256 wide
 BK8_FLOOR = 128
 GEMM1_STEP8 = 4096
-TILES_ONE_STEP_ONLY = True
 
 
 def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: int, num_sms: int = 132,
@@ -638,7 +633,7 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
 def gemm2_tiles(tiles: int, num_sms: int, esize: int, ksteps: int = 1) -> int:
     """N tiles a GEMM2 program takes (``TILES``, see _gemm2_tiles) when decode_config chose
     the tile; ``tiles``: T x N tiles in all, ``ksteps``: K steps a tile (cdiv(K, BLOCK_K)).
-    FUSEDMOE_DECODE_TILES overrides. From the H100
+    From the H100
     (benchmarks/decode_ab.py section G, T=1, docs/BENCHMARKS.md twelfth session):
       * 8-bit weights hold ~130 registers a program (3-4 programs an SM): with one short K
         a tile (deepseek-v3 tp8, I = 256: 1792 tiles of one 8 KB step) nothing overlaps a
@@ -652,19 +647,16 @@ def gemm2_tiles(tiles: int, num_sms: int, esize: int, ksteps: int = 1) -> int:
         (two steps since session 29) BN 8 x TILES 1 9.75 us against BN 4 x BK 256 x TILES 4
         9.99 (T=1), 16.1 vs 16.4 (T=2), 22.0 vs 22.9 (T=3; benchmarks/decode_t2.py).
     """
-    v = env.decode_tiles()
-    if v is not None:
-        return v
     nt = 1
-    while esize == 1 and (ksteps == 1 or not TILES_ONE_STEP_ONLY) and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
+    while esize == 1 and ksteps == 1 and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
         nt *= 2
     return nt
 
 
 def gemm2_a3(esize: int, slots: int) -> bool:
     """Whether the decode GEMM2 loads its activation rows as [KP, BN, BK] in the weight tile's
-    own layout (``A3``, see ``_rows_dot``): the launch config's ``A3`` key where it has one,
-    else FUSEDMOE_DECODE_A3, else this rule (never with QA, the in-kernel quantization of h).
+    own layout (``A3``, see ``_rows_dot``) by default (never with QA, the in-kernel quantization
+    of h; the plan's config says otherwise where it sets ``A3``).
     ``slots``: KP, the GEMM2's slot rows. From the H100 (T=1, layer graph us,
     benchmarks/decode_a3_ab.py, docs/BENCHMARKS.md twenty-seventh section):
       * triton 3.9 without ``gemm2_slots_first``: the [KP, BK] activation tile went through
@@ -674,16 +666,12 @@ def gemm2_a3(esize: int, slots: int) -> bool:
         (qwen3 27.2 -> 30.0, deepseek 33.3 -> 38.1) and still faster at Mixtral's KP = 2
         (238.7 -> 230.5); under 3.6 it is even at 16-bit (+-1%) and slower at 8-bit.
     So: 16-bit weights, at most 2 slots, triton >= 3.7."""
-    v = env.decode_a3()
-    if v is not None:
-        return v
     return esize >= 2 and slots <= 2 and _triton_at_least(3, 7)
 
 
 def gemm2_slots_first() -> bool:
     """Whether the decode GEMM2 hints its [KP, BN, BK] weight tile into the layout triton 3.6
-    picks by itself (``SLOTS_FIRST``, ``_load_w``): the launch config's key where it has one,
-    else FUSEDMOE_DECODE_SLOTS_FIRST, else on under triton >= 3.7. Why (H100, T=1, layer graph
+    picks by itself (``SLOTS_FIRST``, ``_load_w``) by default: on under triton >= 3.7. Why (H100, T=1, layer graph
     us, benchmarks/decode_a3_ab.py --sf, docs/BENCHMARKS.md twenty-seventh section): triton 3.9
     gives that tile warps [2, 4, 1] / [2, 2, 1] where 3.6 gives [8, 1, 1] / [4, 1, 1], so each
     thread holds four slots' activations (8-bit GEMM2: 151-168 registers against 127-128, a
@@ -691,9 +679,6 @@ def gemm2_slots_first() -> bool:
       * deepseek-v3 tp8 fp8_block 26.3 -> 22.6 (3.6: 22.5), qwen3 fp8_channel 20.8 -> 18.2
         (18.4), int8_channel 19.1 -> 18.4 (19.4);
       * 16-bit with 3.6's BK: qwen3 28.9 -> 27.2 (27.4), deepseek 33.7 -> 33.4 (33.1)."""
-    v = env.decode_slots_first()
-    if v is not None:
-        return v
     return _triton_at_least(3, 7)
 
 
@@ -731,62 +716,21 @@ def _quant_flags(quant, a, b, a_scale, b_scale, block_shape, quantize_a, pow2):
         BITWISE_FP8=a.device.type != "cuda")
 
 
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple:
-    return torch.cuda.get_device_capability(index)
-
-
-@functools.lru_cache(maxsize=None)
-def _device_name(index: int) -> str:
-    return torch.cuda.get_device_name(index)
-
-
-def w4_wanted(tokens: int, block_scales: bool, a16: bool = True, want=None, fp8: bool = False,
-              h200: bool = False) -> bool:
-    """Whether the decode GEMMs should read 8-bit weights as words (``w4_mode`` decides whether
-    they can): ``want`` (a launch config's "W4"), else FUSEDMOE_DECODE_W4 0 / 1, else the
-    measured default: one token, 16-bit activations, and per-channel (or no) weight scales but not
-    fp8 on an H200, or (H200 only) block scales. ``fusedmoe bench``, graph us, two alternating
-    rounds, W4 off -> on:
-      * H100 (docs/BENCHMARKS.md thirty-second section): qwen3 fp8_channel T=1 19.0-19.1 ->
-        18.5-18.6, int8_channel 21.7-21.9 -> 20.8-21.0; slower at qwen3 fp8 T=2 (33.8-33.9 ->
-        35.4-35.5: the activation tile's split into four costs more with two rows) and
-        deepseek-v3 tp8 fp8_block T=1 (25.0 -> 25.5-25.6);
-      * H200 (thirty-third section): qwen3 int8_channel T=1 19.2, 19.2 -> 18.3, 18.4; fp8_channel
-        16.9, 17.0 -> 17.2, 17.2 (slower: hence not fp8 there);
-      * H200 (thirty-sixth section, with the bench's warm-up): qwen3 int8_channel 19.3, 19.3 -> 18.2,
-        18.2; fp8_channel 16.9, 17.0 -> 17.1, 17.2 (as before); deepseek-v3 tp8 fp8_block 21.2, 21.2
-        -> 20.7, 20.7 (faster there, unlike the H100's 25.0 -> 25.5: hence block scales on an H200)."""
-    if want is None:
-        want = env.decode_w4()
-    if want is None:
-        want = a16 and tokens == 1 and (h200 if block_scales else not (fp8 and h200))
-    return bool(want)
-
-
-def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want=None, tokens: int = 1, a16: bool = True) -> int:
+def w4_mode(w: torch.Tensor, qflags: dict, block_k: int, want: bool = False) -> int:
     """How the decode GEMMs read 8-bit weights against activations used as given (``W4``):
     1 (int8) or 2 (fp8 e4m3) as int32 words of four weights converted by ``_w4_f32``, or 0
-    (element loads and Triton's casts), where ``w4_wanted`` asks for words and they can run:
-    a CUDA GPU (fp8: sm89+ for the e4m3x2 conversion), unit K stride, 16-byte aligned rows
+    (element loads and Triton's casts). Words where the caller ``want``s them (the plan's
+    config key ``W4``: it asks only where they pay, and for fp8 only on sm89+, which has the
+    e4m3x2 conversion) and they can run: a CUDA tensor, unit K stride, 16-byte aligned rows
     (K a multiple of 16), K tiles a multiple of 16 and scale groups of 4, activations used as
     given (no in-kernel quantization, no int8 x int8 sums)."""
-    block = qflags["B_SCALE"] == 3 or qflags["A_SCALE"] == 3
-    if w.device.type != "cuda" or torch.version.hip or qflags["INT_ACC"] or qflags["QA"]:
+    if not want or w.device.type != "cuda" or torch.version.hip or qflags["INT_ACC"] or qflags["QA"]:
         return 0
-    fp8 = w.dtype == torch.float8_e4m3fn
-    if not w4_wanted(tokens, block, a16, want, fp8, "H200" in _device_name(w.device.index or 0)):
-        return 0
-    if w.dtype == torch.int8:
-        mode = 1
-    elif w.dtype == torch.float8_e4m3fn and _capability(w.device.index or 0) >= (8, 9):
-        mode = 2
-    else:
-        return 0
+    mode = {torch.int8: 1, torch.float8_e4m3fn: 2}.get(w.dtype, 0)
     K = w.shape[-1]
     aligned = (w.stride(-1) == 1 and K % 16 == 0 and block_k % 16 == 0 and w.data_ptr() % 16 == 0
                and all(st % 16 == 0 for st in w.stride()[:-1]))
-    if block:
+    if qflags["B_SCALE"] == 3 or qflags["A_SCALE"] == 3:
         aligned = aligned and qflags["GROUP_K"] % 4 == 0
     return mode if aligned else 0
 
@@ -804,7 +748,6 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
            quantize_a, scale_pow2, config, gemm2=False):
     """What both wrappers compute before a launch: (config, the pointer / count / stride
     arguments from the ids to the scale strides, the shared constexprs)."""
-    tokens = topk_ids.shape[0]
     if config is None:
         config = dict(_cached_config(rows, programs, n_out, K, w.element_size(), _num_sms(a.device),
                                      block_shape[1] if quant == "block" else None, gemm2))
@@ -821,7 +764,7 @@ def _setup(rows, programs, n_out, K, a, w, topk_ids, expert_map, bias, quant, a_
     s_bias = bias.stride()[:2] if bias is not None else (0, 0)
     consts = dict(HAS_BIAS=bias is not None, HAS_MAP=has_map, BLOCK_N=config["BLOCK_N"],
                   BLOCK_K=config["BLOCK_K"], PREFETCH=bool(config.get("PREFETCH", True)), **qflags)
-    consts["W4"] = w4_mode(w, qflags, config["BLOCK_K"], config.get("W4"), tokens, a.element_size() >= 2)
+    consts["W4"] = w4_mode(w, qflags, config["BLOCK_K"], bool(config.get("W4")) and a.element_size() >= 2)
     return config, (sa, sb, ids, emap), (num_global, w.shape[0]), (*s_bias, sam, sak, sbe, sbn, sbk), consts
 
 

@@ -52,7 +52,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import env
 from .decode import _local_experts
 from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
@@ -376,12 +375,12 @@ def _g2_slot(ids_ptr, map_ptr, t, grp, i, nk, num_global, E, SLOTS: tl.constexpr
 
 
 @triton.jit
-def _g2_w(w_rows, e, k0, K, stride_we, stride_wk, BLOCK_K: tl.constexpr, load=True):
-    """The [BN, BK] weight tile of expert e (-1: zeros) at k0; ``load`` False reads nothing."""
+def _g2_w(w_rows, e, k0, K, stride_we, stride_wk, BLOCK_K: tl.constexpr):
+    """The [BN, BK] weight tile of expert e (-1: zeros) at k0."""
     ks = k0 + tl.arange(0, BLOCK_K)
     keep = e >= 0
     return tl.load(w_rows + tl.where(keep, e, 0).to(tl.int64) * stride_we + ks[None, :] * stride_wk,
-                   mask=(ks < tl.where(keep & load, K, 0))[None, :], other=0.0)
+                   mask=(ks < tl.where(keep, K, 0))[None, :], other=0.0)
 
 
 @triton.jit
@@ -417,18 +416,12 @@ def _tc_gemm2_kernel(
     TOP_K: tl.constexpr, SLOTS: tl.constexpr, GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_MAP: tl.constexpr, MUL_W: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, INT8: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False, EARLY_W: tl.constexpr = 0,
-    EARLY_W_WRONG: tl.constexpr = False, L2_PRE: tl.constexpr = 0, L2_LINES: tl.constexpr = 1,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
+    L2_PRE: tl.constexpr = 0, L2_LINES: tl.constexpr = 1,
 ):
     """Grid (N tiles, GROUPS, tokens). A program: BN rows of H for SLOTS of its token's k
     slots (group g: slots g*SLOTS ..), one loop over (slot, K tile) so that the next slot's
     weights stream while this one's finish; per slot the scales and the routing weight.
-
-    EARLY_W 1 (``tc_early_w``): the first step's weight tile is loaded before the wait for h,
-    from the expert the ids give then; after the wait the ids are read again and the tile is
-    read again only if they changed (the ids are not written by this chain, but its first
-    link may itself start before their writer is done), so the result never depends on it.
-    EARLY_W_WRONG (tests): the guess is made wrong on purpose.
 
     L2_PRE > 0 (``tc_l2_pre``, PDL, CUDA): before the wait, the program asks L2 for the whole
     rows (L2_LINES lines of 128 bytes) of its first L2_PRE slots' experts (``_l2_hint_rows``),
@@ -446,21 +439,10 @@ def _tc_gemm2_kernel(
         _k, _s, e_l2 = _g2_slot(ids_ptr, map_ptr, t, grp, jp * nk, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
         if e_l2 >= 0:
             _l2_hint_rows(w_rows + e_l2.to(tl.int64) * stride_we, 0, K, stride_wk, L2_LINES, 128)
-    if EARLY_W:
-        _k, _s, e_pre = _g2_slot(ids_ptr, map_ptr, t, grp, 0, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
-        if EARLY_W_WRONG:       # tests only: a wrong guess on purpose, so that the re-read runs
-            e_pre = tl.where(e_pre >= 0, (e_pre + 1) % E, 0)
-        w_pre = _g2_w(w_rows, e_pre, 0, K, stride_we, stride_wk, BLOCK_K)
     if PDL:
         gdc_wait()
     acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
-    if EARLY_W:
-        k0, s, e = _g2_slot(ids_ptr, map_ptr, t, grp, 0, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
-        w = tl.where(e == e_pre, w_pre, _g2_w(w_rows, e, k0, K, stride_we, stride_wk, BLOCK_K, e != e_pre))
-        acc = _g2_accumulate(acc, w, k0, s, e, h_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, wrows, K,
-                             stride_hm, stride_hk, stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-                             MUL_W, A_SCALE, B_SCALE, GROUP_N, GROUP_K, INT8, BLOCK_K)
-    for i in range(EARLY_W, SLOTS * nk):
+    for i in range(0, SLOTS * nk):
         k0, s, e = _g2_slot(ids_ptr, map_ptr, t, grp, i, nk, num_global, E, SLOTS, TOP_K, HAS_MAP, BLOCK_K)
         w = _g2_w(w_rows, e, k0, K, stride_we, stride_wk, BLOCK_K)
         acc = _g2_accumulate(acc, w, k0, s, e, h_ptr, a_scale_ptr, b_scale_ptr, topk_w_ptr, wrows, K,
@@ -584,8 +566,8 @@ SHARE_MIN_I = 512                  # tc_share: the least intermediate size (GEMM
 def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: Optional[int] = None) -> bool:
     """Whether the tensor-core decode GEMMs run expert-shared (``SHARE``): one program reads an
     expert's weight tile once for all the pairs routed to it (up to 16, one an MMA column)
-    instead of once a pair. FUSEDMOE_DECODE_SHARE where set, else from E / 2 pairs on (and two
-    tokens: one token's k slots are k distinct experts). Why (H100, benchmarks/share_ab.py,
+    instead of once a pair: from E / 2 pairs on (and two tokens: one token's k slots are k
+    distinct experts). Why (H100, benchmarks/share_ab.py,
     docs/BENCHMARKS.md thirtieth section): the pair-per-program GEMMs run at the speed of a pure
     read of what they read, and with uniform routing a pair's expert is another pair's too in
     ~8% of pairs at E / 4 pairs, ~20% at E / 2, ~35% at E. SHARE's programs are fewer and each
@@ -596,9 +578,6 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: O
     deepseek T=16 165.8 -> 183.1: its GEMM2 (I = 256: a SHARE program is one 16 KB tile, then
     the ticket round trip) 58.5 -> 71.8, its GEMM1 103.1 -> 106.9. Hence also ``intermediate``
     (GEMM2's K) >= SHARE_MIN_I. ``num_experts`` None: off."""
-    v = env.decode_share()
-    if v is not None:
-        return v
     return (num_experts is not None and pairs > top_k and pairs >= SHARE_MIN_PAIRS_PER_EXPERT * num_experts
             and (intermediate is None or intermediate >= SHARE_MIN_I))
 
@@ -636,13 +615,8 @@ TC_GEMM1_STAGES_BLOCK_GROUPS = 3   # ... and its stages
 # H200 (session 36, scripts/sessions/gpu_s35_groups.sh and decode_t2.py --rule-ab, three processes): 32.42-32.48
 # -> 31.86-31.88 us (T=2), 43.99-44.03 -> 43.04-43.09 (T=3), 52.42-52.73 -> 51.62-52.04 (T=4); 4 and 5
 # stages lost at T = 3, 4, and GEMM1 split in two (tcds3) lost 2-4%.
-TC_GEMM1_BLOCK_GROUPS_ON: tuple = ("H100", "H200")   # GPUs (names containing these) where it was measured
-# The same for GEMM2 (deepseek-v3 tp8: K = 256, one step a slot) was built in session 35 and measured
-# in session 36 (H100, scripts/sessions/gpu_s36_prepared.sh): GEMM2 alone 12-14% SLOWER at T = 2..4 (T=3 18.54
-# -> 21.03 us at its best stages), the layer 2.8-4.4% slower in both processes. Removed again.
-# GPUs (names containing these) that keep session 30's rules (none: session 32 measured the
-# H200, where the rules gain as on the H100: qwen3 int8 T=3 40.91 -> 38.24 us)
-TC_RULES_OLD_ON: tuple = ()
+# The same for GEMM2 (deepseek-v3 tp8: K = 256, one step a slot): GEMM2 alone 12-14% slower at
+# T = 2..4 on the H100 (T=3 18.54 -> 21.03 us at its best stages): one group a step.
 # Session 34 (H100, `fusedmoe bench --tokens 2,3,4`, tc forced, two alternating rounds;
 # scripts/sessions/gpu_s34_l2_pre.sh, docs/BENCHMARKS.md thirty-fourth section): GEMM1 hinting L2 with the
 # first 4 lines of each weight row before its wait for x (L2_PRE) gains in every case and round,
@@ -650,25 +624,11 @@ TC_RULES_OLD_ON: tuple = ()
 # int8_channel 34.7 -> 34.1, 47.1 -> 46.7, 58.3 -> 58.0; deepseek-v3 tp8 fp8_block 41.9-42.1 -> 41.5,
 # 53.3-53.4 -> 52.7-52.8, 69.3-69.4 -> 68.7. 8 lines: qwen3 slower than none. GEMM2 hinting its
 # slots' rows while it waits for h: 6-11% SLOWER everywhere (the hints compete with GEMM1's reads).
-TC_L2_PRE_GEMM1 = 4                # GEMM1's L2_PRE where the GPU's name contains one of TC_L2_PRE_ON
-# H200 (session 36, scripts/sessions/gpu_s35_prepared.sh h200: FUSEDMOE_TC_L2_PRE 0 / 4,0, two alternating
-# rounds, tc forced, graph us): deepseek-v3 tp8 fp8_block 33.7 -> 33.4-33.5, 43.1-43.2 -> 42.8, 53.4 ->
-# 53.1 (every T, both rounds); qwen3 fp8_channel / int8_channel T=3 37.9-38.1 -> 37.6-37.9 (both);
-# T=2 even; T=4 even to 0.1 us slower (int8 45.0 -> 45.1 in both). Again with the default math
-# (docs/bench_h200_s36_l2_qwen3.txt): T=3 37.9 -> 37.7 (int8), 37.8 -> 37.5 (fp8), both rounds; T=4
-# 44.8 -> 44.9 (int8), 44.6-44.7 -> 44.8 (fp8). Net a gain (0.5-0.9% where it wins, <= 0.4% where it
-# loses, qwen3 T=4 only): taken there too.
-TC_L2_PRE_ON: tuple = ("H100", "H200")
-# A SHARE GEMM1's (qwen3 T=8): its table is written in the chain, so the hint takes each pair's expert
-# from the ids, leader or not. Session 35 (H100, `fusedmoe bench --tokens 8`, qwen3 fp8_channel /
-# int8_channel, three alternating rounds, scripts/sessions/gpu_s35_share_l2.sh): 0 lines 95.7-95.8 / 95.2-95.6
-# us, 2 lines 95.5-95.7 / 95.3-95.5, 4 lines 96.0-96.2 / 95.7-95.9. No gain: off.
-TC_L2_PRE_SHARE = 0
 
 
 def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, gated: bool = True,
               group_k: Optional[int] = None, num_sms: int = 132, share: Optional[bool] = None,
-              num_experts: Optional[int] = None, device_name: str = "") -> dict:
+              num_experts: Optional[int] = None, block_groups: bool = False) -> dict:
     """Launch config of one tensor-core decode GEMM: BLOCK_N, BLOCK_K, SPLIT_K (gemm1) or
     GROUPS (gemm2), SHARE, num_warps, num_stages.
 
@@ -683,18 +643,17 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     TC_GEMM2_PROGRAMS_LONG_K for K >= 512 (qwen3 T = 3, 4: two slots a program), and takes
     TC_GEMM2_STAGES_SHORT_K stages where K < 512; GEMM1 with block scales, where it takes those
     long-K stages, steps TC_GEMM1_BLOCK_GROUPS scale groups at a time with
-    TC_GEMM1_STAGES_BLOCK_GROUPS stages on the GPUs of TC_GEMM1_BLOCK_GROUPS_ON; all these at T =
+    TC_GEMM1_STAGES_BLOCK_GROUPS stages where ``block_groups`` (the plan's per-GPU fact); all these at T =
     2..4 only. H100
     (benchmarks/decode_ab.py section T, decode_t2.py --rule-ab) and H200 (decode_t2.py).
     ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
     GEMM2's K): expert-shared programs;
     GEMM1 then takes one K slice, and GEMM2 a program a (pair, N tile) with its own k-sum
     (GROUPS 1) and two stages (its K is short: qwen3 T=8 38.4 -> 33.1 us, T=16 60.9 -> 50.3
-    against four; three were between the two in the first form). ``device_name`` containing one
-    of TC_RULES_OLD_ON: stages 4 and 4 programs an SM everywhere (session 30's rules). The
-    T = 2..4 rules apply where they were measured (T=1: session 7's sweep)."""
+    against four; three were between the two in the first form). The T = 2..4 rules apply
+    where they were measured (T=1 has its own sweep's)."""
     pairs = pairs_or_tokens if gemm == "gemm1" else pairs_or_tokens * top_k
-    s31 = top_k < pairs <= 4 * top_k and not any(n in device_name for n in TC_RULES_OLD_ON)
+    s31 = top_k < pairs <= 4 * top_k
     if share is None:
         share = tc_share(pairs, top_k, num_experts, n_out if gemm == "gemm1" else K)
     bk = 256
@@ -715,7 +674,7 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
         if s31 and not share:
             if K > 2048:
                 stages = TC_GEMM1_STAGES_LONG_K if tiles * split <= TC_GEMM1_LONG_K_PROGRAMS * num_sms else 4
-                wide = _groups_bk(bk, group_k, TC_GEMM1_BLOCK_GROUPS, TC_GEMM1_BLOCK_GROUPS_ON, device_name)
+                wide = _groups_bk(bk, group_k, TC_GEMM1_BLOCK_GROUPS) if block_groups else bk
                 if stages == TC_GEMM1_STAGES_LONG_K and wide != bk:
                     bk, stages = wide, TC_GEMM1_STAGES_BLOCK_GROUPS
             elif split == 1:
@@ -731,11 +690,10 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     return dict(BLOCK_N=bn, BLOCK_K=bk, GROUPS=min(groups, top_k), SHARE=share, num_warps=4, num_stages=stages)
 
 
-def _groups_bk(bk: int, group_k: Optional[int], groups: int, on: tuple, device_name: str) -> int:
+def _groups_bk(bk: int, group_k: Optional[int], groups: int) -> int:
     """BLOCK_K of a tc GEMM step that reads ``groups`` block-scale groups (SUB_K) where BK is
-    one group, the GPU is named in ``on`` and the step stays within 512 bytes; else ``bk``."""
-    if (group_k is not None and bk == group_k and groups > 1 and group_k * groups <= 512
-            and any(n in device_name for n in on)):
+    one group and the step stays within 512 bytes; else ``bk``."""
+    if group_k is not None and bk == group_k and groups > 1 and group_k * groups <= 512:
         return group_k * groups
     return bk
 
@@ -805,30 +763,13 @@ def _share_consts(config: dict, table) -> dict:
 
 
 def _l2_pre(config: dict, a: torch.Tensor, waits: bool, gemm: int) -> int:
-    """L2_PRE of a tc GEMM's launch (GEMM1: lines a weight row, GEMM2: slots): the config's,
-    else FUSEDMOE_TC_L2_PRE's (``tc_l2_pre``), else the rule (``l2_pre_default``; a SHARE
-    GEMM1's its own). 0 where the launch does not wait for the kernel before it (nothing to
-    overlap) or off CUDA (the hint is inline PTX)."""
+    """L2_PRE of a tc GEMM's launch (GEMM1: lines a weight row, GEMM2: slots): the config's
+    (the plan sets it per GPU), 0 where the launch does not wait for the kernel before it
+    (nothing to overlap) or off CUDA (the hint is inline PTX)."""
     if not waits or not a.is_cuda:
         return 0
-    if "L2_PRE" in config:
-        n = int(config["L2_PRE"])
-    else:
-        from .decode import _device_name
-        n = l2_pre_default(_device_name(a.device.index or 0), gemm, bool(config.get("SHARE")))
+    n = int(config.get("L2_PRE", 0))
     return next_power_of_2(n) if n > 0 and gemm == 0 else n      # (GEMM1: a tl.arange length)
-
-
-def l2_pre_default(device_name: str, gemm: int, share: bool = False) -> int:
-    """L2_PRE of a tc GEMM (0: GEMM1, 1: GEMM2) without a config value: FUSEDMOE_TC_L2_PRE's,
-    else for GEMM1 on the GPUs of TC_L2_PRE_ON TC_L2_PRE_GEMM1 (TC_L2_PRE_SHARE where it
-    shares experts), else 0 (also ``explain``'s)."""
-    v = env.tc_l2_pre()
-    if v is not None:
-        return v[gemm]
-    if gemm != 0 or not any(n in device_name for n in TC_L2_PRE_ON):
-        return 0
-    return TC_L2_PRE_SHARE if share else TC_L2_PRE_GEMM1
 
 
 # positions of the per-call tensors in the launch arguments (launcher.Bound slots)
@@ -879,7 +820,6 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
                            num_sms=_num_sms(h.device))
     _check(h, w2, quant, block_shape, config["BLOCK_K"])
     groups = config["GROUPS"]
-    early = int(config.get("EARLY_W", env.tc_early_w()))      # 2: EARLY_W with a wrong guess (tests)
     (sa, sb, ids, emap), counts, strides, consts = _common(h, w2, topk_ids, expert_map, bias, quant, a_scale,
                                                            b_scale, block_shape)
     if _share_consts(config, table):
@@ -895,7 +835,7 @@ def tc_gemm2_launch(h, w2, topk_ids, topk_weights, out, part, sync, *, expert_ma
         H, K, *counts,
         *h.stride()[:2], *w2.stride()[:3], *out.stride()[:2], *strides,
     ), dict(TOP_K=k, SLOTS=cdiv(k, groups), GROUPS=groups, MUL_W=mul_routed_weight, BLOCK_N=config["BLOCK_N"],
-            BLOCK_K=config["BLOCK_K"], PDL=pdl, EARLY_W=min(1, early), EARLY_W_WRONG=early == 2,
+            BLOCK_K=config["BLOCK_K"], PDL=pdl,
             L2_PRE=min(_l2_pre(config, h, pdl, 1), cdiv(k, groups)), L2_LINES=next_power_of_2(cdiv(K, 128)),
             **consts),
         config.get("num_warps", 4), config.get("num_stages", 4), pdl)

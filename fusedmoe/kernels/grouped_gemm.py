@@ -37,9 +37,9 @@ sum_j s_j d_j / s_cur and is multiplied by s_prev / s_cur before each group's do
 then accumulates in place (no second fp32 tile live: larger tiles fit; H100 deepseek-v3
 tp8 fp8_block T=4096 1550 -> 1263 us with the tiles that allows; scales below 2^-60 read
 as 2^-60; not for int8 x int8, whose dot cannot accumulate into fp32). RESCALE's scales are
-loaded one K group ahead (SCALE_PREFETCH): triton pipelines only loads that feed a dot, and
+loaded one K group ahead (PREFETCH_S): triton pipelines only loads that feed a dot, and
 the multiply each dot waits on had waited on them (H100 deepseek-v3 tp8 fp8_block T=4096
-1005 -> 986 us; docs/BENCHMARKS.md, nineteenth section).
+1005 -> 986 us).
 
 Configs: dict(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
 num_stages, SPLIT_K[, USE_TMA, GU_ONE_DOT, HALF_TAIL, PERSISTENT, FLATTEN, RESCALE, A_RESIDENT, BAND_MAJOR,
@@ -1081,29 +1081,19 @@ def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bi
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=GM, SPLIT_K=split,
         PERSISTENT=persistent > 0, FLATTEN=persistent > 0 and bool(config.get("FLATTEN", False)), PDL=pdl,
         BAND_N=band_n, MASK_A=mask_a_rule(config, align.num_pairs, b.shape[0], BM),
-        PREFETCH_S=rescale and SCALE_PREFETCH,
+        PREFETCH_S=rescale,
         EPI_EARLY=epilogue_loads_early(a_dt),
         ZERO=zero is not None, ONE_DOT=one_dot, HALF_TAIL=half_tail,
         SORTED_A=bool(a_sorted), SORTED_C=bool(c_sorted), A_TMA=BM if a_desc is not None else 0,
     ), num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
-# RESCALE's block scales loaded one K group ahead (PREFETCH_S in _gemm_tile); a module switch
-# for A/B runs (bitwise the same output either way)
-SCALE_PREFETCH = True
-# the tiled kernel's epilogue scales and routing weights loaded before its K loop (EPI_EARLY in
-# _gemm_tile; bitwise the same output either way). True / False: everywhere / nowhere; "int8"
-# (the default): where A is int8. H100 A/B, two alternating rounds (docs/BENCHMARKS.md twentieth
-# section, scripts/sessions/gpu_s20a.sh): qwen3 int8_channel T=4096 550.9 / 550.6 -> 546.9 / 547.3 us,
-# T=16384 1787 / 1805 -> 1768 / 1778; fp8_channel 0.3-1.5% slower, bf16 and Mixtral within noise
-EPILOGUE_LOADS_EARLY = "int8"
-
-
 def epilogue_loads_early(a_dtype: torch.dtype) -> bool:
-    """Whether the tiled kernel with A of ``a_dtype`` loads its epilogue operands early."""
-    if EPILOGUE_LOADS_EARLY not in (True, False, "int8"):
-        raise ValueError(f"EPILOGUE_LOADS_EARLY must be True, False or 'int8', got {EPILOGUE_LOADS_EARLY!r}")
-    return EPILOGUE_LOADS_EARLY is True or (EPILOGUE_LOADS_EARLY == "int8" and a_dtype == torch.int8)
+    """Whether the tiled kernel with A of ``a_dtype`` loads its epilogue scales and routing
+    weights before its K loop (EPI_EARLY; bitwise the same output either way): where A is
+    int8. H100, two alternating rounds: qwen3 int8_channel T=4096 550.9 -> 546.9 us, T=16384
+    1787 -> 1768; fp8_channel 0.3-1.5% slower, bf16 and Mixtral within noise."""
+    return a_dtype == torch.int8
 
 
 _RESIDENT_MAX_CHUNKS = 4     # resident A chunks a program holds (the kernel names a0..a3)

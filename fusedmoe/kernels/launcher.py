@@ -57,7 +57,7 @@ num_stages, the current device and the current stream. A Tensor subclass (Parame
 the (class, dtype, aligned) form. Annotated parameters (``x: tl.int32``) only narrow
 triton's key, so ours stays at least as fine. The fast path is refused, for the kernel or
 the call, whenever triton itself would do more than specialize-and-launch:
-  * ``FUSEDMOE_FAST_LAUNCH=0`` (fusedmoe/env.py), ``TRITON_INTERPRET=1`` (the interpreter
+  * ``set_fast(False)`` (the plan override's ``fast_launch``), ``TRITON_INTERPRET=1`` (the interpreter
     has no compiled kernels: ``launch`` is then exactly ``kernel[grid](...)``), or a
     kernel that is not a plain ``JITFunction`` (autotuner, interpreter);
   * launch hooks set (a profiler: non-empty ``knobs.runtime.launch_*_hook``), pre-run
@@ -80,8 +80,8 @@ of the block, on this thread: ~1-2 us per further launch on an H100 host
 device or stream (no fusedmoe forward does); a hook that another thread installs meanwhile
 applies from the next block on, as if the block had started a moment earlier.
 
-``FUSEDMOE_FAST_LAUNCH`` and ``TRITON_INTERPRET`` are read at the first launch; ``reset()``
-re-reads them and forgets every cached launch. Each kernel keeps at most ``MAX_ENTRIES``
+``TRITON_INTERPRET`` is read at the first launch; ``reset()`` re-reads it and forgets every
+cached launch; ``set_fast(False)`` turns the cached path off. Each kernel keeps at most ``MAX_ENTRIES``
 entries (then its cache is cleared and refilled). Works with triton 3.6 and 3.9; an API
 that is missing turns the fast path off (normal launches only).
 """
@@ -93,7 +93,6 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .. import env
 
 try:
     from triton import knobs as _knobs
@@ -107,7 +106,7 @@ try:  # host-side TMA descriptors (triton >= 3.4)
 except Exception:  # pragma: no cover
     _TensorDescriptor = None
 
-__all__ = ["launch", "bind", "Bound", "pin_launch_state", "unpin_launch_state", "cdiv", "next_power_of_2", "fast_path_enabled",
+__all__ = ["launch", "bind", "Bound", "pin_launch_state", "unpin_launch_state", "cdiv", "next_power_of_2", "fast_path_enabled", "set_fast",
            "reset", "stats", "MAX_ENTRIES"]
 
 log = logging.getLogger("fusedmoe.launcher")
@@ -255,12 +254,13 @@ class _KernelCache:
 
 _caches: dict = {}                      # id(kernel) -> _KernelCache
 _enabled: Optional[bool] = None         # None: read at the next launch
+_wanted = True                          # set_fast: the caller's choice (FUSEDMOE_PLAN fast_launch)
 _generation = 0                         # reset() count: a Bound made before a reset re-checks
 
 
 def _refresh() -> bool:
     global _enabled
-    ok = env.fast_launch() and _knobs is not None
+    ok = _wanted and _knobs is not None
     if ok:
         try:
             rt = _knobs.runtime
@@ -537,13 +537,24 @@ def bind(kernel, grid, args: Sequence, constexprs: dict, num_warps: Optional[int
 
 
 def fast_path_enabled() -> bool:
-    """Whether launches may take the cached path (FUSEDMOE_FAST_LAUNCH, TRITON_INTERPRET)."""
+    """Whether launches may take the cached path (``set_fast``, TRITON_INTERPRET)."""
     return _refresh() if _enabled is None else _enabled
 
 
-def reset() -> None:
-    """Forget every cached launch; re-read FUSEDMOE_FAST_LAUNCH and TRITON_INTERPRET."""
-    global _enabled, _generation
+def set_fast(on: bool) -> None:
+    """Allow (the default) or refuse the cached path; a change forgets every cached launch."""
+    global _wanted
+    if bool(on) != _wanted:
+        _wanted = bool(on)
+        reset()
+
+
+def reset(fast: Optional[bool] = None) -> None:
+    """Forget every cached launch and re-check TRITON_INTERPRET at the next launch; ``fast``
+    given: ``set_fast(fast)`` too."""
+    global _enabled, _generation, _wanted
+    if fast is not None:
+        _wanted = bool(fast)
     _caches.clear()
     _enabled = None
     _generation += 1

@@ -54,12 +54,10 @@ _MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp
 _PROG_ELEMS = 2048      # input elements a row-quantization program aims to move (_rows_per_program)
 _MIN_PROGRAMS = 264     # 2 per SM of a 132-SM H100: more rows per program only above this
 _TOKEN_CHUNK_ELEMS = 512  # elements of a chunk tile of per-token rows (``_token_chunk``), 1 warp
-# the row / group quantizers divide through the scale's reciprocal (``_quantize``'s RCP):
-# bitwise the same codes (tests/test_kernels_quantize.py), fewer instructions. H100,
-# benchmarks/quant_rows_ab.py --reciprocal (docs/BENCHMARKS.md, tenth session), IEEE division
-# -> reciprocal: per-token fp8 h [131072, 768] 184 -> 147 us, int8 220 -> 176 us, 1 x 128
-# groups of x [16384, 7168] 161 -> 137 us; the rest within 4%.
-RECIPROCAL_DIV = True
+# the row / group quantizers divide through the scale's reciprocal by default (``_quantize``'s
+# RCP, ``reciprocal=``): bitwise the same codes (tests/test_kernels_quantize.py), fewer
+# instructions. H100, IEEE division -> reciprocal: per-token fp8 h [131072, 768] 184 -> 147 us,
+# int8 220 -> 176 us, 1 x 128 groups of x [16384, 7168] 161 -> 137 us; the rest within 4%.
 
 
 # ----------------------------------------------------------------------------- shared device helpers
@@ -503,7 +501,7 @@ def _rows_spec(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows
             dict(MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX,
                  BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None,
                  BLOCK_K=bk, ONE_CHUNK=K <= bk, ROWS=rows, PDL=pdl,
-                 RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal), ZERO=zero_on),
+                 RCP=True if reciprocal is None else bool(reciprocal), ZERO=zero_on),
             num_warps or (8 if rows * bk >= 2048 else 4), None, pdl)   # 4..32 elements per thread
 
 
@@ -582,7 +580,7 @@ def quant_fp8_group(x: torch.Tensor, group: int = 128, pow2: bool = False, *,
     """x float [..., K] -> (float8_e4m3fn [..., K], fp32 [..., G]), 1 x group blocks; the last
     group may be partial. ``pow2``: scales rounded up to powers of two (UE8M0-style). ``pdl``,
     ``rows_per_program`` and ``zero`` as in ``quant_fp8_token``; ``reciprocal`` None:
-    RECIPROCAL_DIV (the division through the scale's reciprocal, ``_quantize``'s RCP; the same
+    ``reciprocal`` (the division through the scale's reciprocal, ``_quantize``'s RCP; the same
     codes)."""
     K = x.shape[-1]
     G = cdiv(K, group)
@@ -616,7 +614,7 @@ def _group_spec(x, q, s, group, pow2, counts=None, pdl=False, rows_per_program=N
              x2.stride(0), q2.stride(0), s2.stride(0), stride_z),
             dict(GROUP=group, GROUP_P2=gp2, GROUPS_PER_PROG=gpp, POW2=bool(pow2),
                  BITWISE_FP8=_bitwise_fp8(x2), HAS_COUNTS=counts is not None, ROWS=rows, PDL=pdl,
-                 RCP=RECIPROCAL_DIV if reciprocal is None else bool(reciprocal), ZERO=zero_on),
+                 RCP=True if reciprocal is None else bool(reciprocal), ZERO=zero_on),
             8 if rows * gpp * gp2 > 4096 else 4, None, pdl)   # at most 32 per thread
 
 
