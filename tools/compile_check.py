@@ -277,7 +277,7 @@ def grouped_cases() -> list:
             gg.gemm2(torch.empty(n, Id, dtype=dt), torch.empty(Ed, Hd, Id, dtype=dt), align, torch.empty(T, k),
                      torch.empty(T, Hd, dtype=bf), config=cfg, reduce="atomic_out", **q)
             out.append((f"atomic_out gemm2 {name}" + (" resident" if cfg.get("A_RESIDENT") else ""), captured[0]))
-        # the A-resident GEMM2 at 256 rows (an alignment of 256), the variants of gpu_tile_ab.py s28bm256
+        # the A-resident GEMM2 at 256 rows (an alignment of 256)
         align256 = _fake_align(Ed, T, k, 256)
         blk = dict(quant="block", block_shape=(128, 128), a_scale=torch.empty(n, Id // 128),
                    b_scale=torch.empty(Ed, Hd // 128, Id // 128))
