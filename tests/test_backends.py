@@ -286,7 +286,7 @@ def test_triton_fp8_block_rescale_through_the_layer(mk, feature):
     # place) and with the per-group dot: both within the scheme's tolerance of the reference
     # and within fp32 rounding of each other; the selection report names the variant
     from fusedmoe.backends.triton import _extras
-    from fusedmoe.tuning import override
+    from fusedmoe.tuned_configs import override
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
     cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", **kw)
@@ -307,7 +307,7 @@ def test_triton_gemm2_a_resident_through_the_layer(mk, feature):
     # the layer: within fp32 rounding of the tiled GEMM2 and of the reference, with bias and
     # expert parallelism (non-local experts dropped); the selection report names the variant
     from fusedmoe.backends.triton import _extras
-    from fusedmoe.tuning import override
+    from fusedmoe.tuned_configs import override
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
     cfg = mk.config(E=8, k=2, H=80, I=48, dtype="float32", **kw)       # K = 48: padded to 64 in the kernel
@@ -337,7 +337,7 @@ def test_selection_report_names_one_dot_and_half_tail():
 def test_triton_grouped_nan_token_stays_in_its_row(mk, scheme, rescale):
     # grouped path: a NaN in token 3 makes output row 3 NaN (its activation scales are NaN:
     # never a finite garbage row) and leaves the other rows as a clean run gives them
-    from fusedmoe.tuning import override
+    from fusedmoe.tuned_configs import override
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32")
     w = mk.weights(cfg, scheme, seed=51).to(dev)
@@ -363,7 +363,7 @@ def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
     # 'kernel', 1 x 128 groups with 'epilogue' (I = 192: a partial second group, wrapped tile
     # columns). A NaN token stays in its row. The report names the epilogue quantization.
     from fusedmoe.backends.triton import _variants
-    from fusedmoe.tuning import override
+    from fusedmoe.tuned_configs import override
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = mk.config(E=8, k=2, H=256, I=I_, dtype="float32")
     w = mk.weights(cfg, scheme, seed=61).to(dev)

@@ -19,7 +19,7 @@ _CUDA = torch.cuda.is_available()
 if not _CUDA:  # must precede the first import of the kernels: @triton.jit reads it then
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from fusedmoe import tuning  # noqa: E402
+from fusedmoe import tuner as tuning  # noqa: E402
 from fusedmoe.errors import ConfigError  # noqa: E402
 from fusedmoe.kernels import grouped_gemm as gg  # noqa: E402
 from fusedmoe.kernels.align import align_block_size  # noqa: E402

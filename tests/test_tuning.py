@@ -8,11 +8,11 @@ import os
 
 import pytest
 
-from fusedmoe import tuning
+from fusedmoe import tuned_configs, tuner
 from fusedmoe.config import MoEConfig, QuantScheme
 from fusedmoe.errors import ConfigError
 from fusedmoe.platform import Platform
-from fusedmoe.tuning import LaunchConfigs, config_file_name, override
+from fusedmoe.tuned_configs import LaunchConfigs, config_file_name, override
 
 H100 = Platform.preset("h100")
 DEV = H100.device_name  # NVIDIA_H100_80GB_HBM3
@@ -42,9 +42,9 @@ def isolated(tmp_path, monkeypatch):
     user.mkdir()
     pkg.mkdir()
     monkeypatch.setenv("FUSEDMOE_CONFIG_DIR", str(user))
-    monkeypatch.setattr(tuning, "package_config_dir", lambda: str(pkg))
-    monkeypatch.setattr(tuning, "_WARNED", set())
-    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.6.0")
+    monkeypatch.setattr(tuned_configs, "package_config_dir", lambda: str(pkg))
+    monkeypatch.setattr(tuned_configs, "_WARNED", set())
+    monkeypatch.setattr(tuned_configs, "_running_triton_version", lambda: "3.6.0")
     fake_default.calls = []
     return user, pkg
 
@@ -95,7 +95,7 @@ def test_h200_family_shares_one_name():
     (64, 64), (10_000, 64),  # above the largest key
 ])
 def test_nearest_key_ties_go_up(T, want):
-    assert tuning._nearest_key([1, 16, 64], T) == want
+    assert tuned_configs._nearest_key([1, 16, 64], T) == want
 
 
 def test_get_uses_nearest_key(isolated):
@@ -137,7 +137,7 @@ def test_config_dir_overrides_package(isolated):
 def test_search_dirs_without_env(isolated, monkeypatch):
     _, pkg = isolated
     monkeypatch.delenv("FUSEDMOE_CONFIG_DIR")
-    assert tuning.search_dirs() == [str(pkg)]
+    assert tuned_configs.search_dirs() == [str(pkg)]
 
 
 def test_flat_vllm_style_entry_serves_both_gemms(isolated):
@@ -150,7 +150,7 @@ def test_flat_vllm_style_entry_serves_both_gemms(isolated):
 # ------------------------------------------------------------------------------------------- defaults
 def test_default_fallback_warns_once_naming_the_file(isolated, caplog):
     user, pkg = isolated
-    caplog.set_level(logging.WARNING, logger="fusedmoe.tuning")
+    caplog.set_level(logging.WARNING, logger="fusedmoe.tuned_configs")
     lc = load()
     lc2 = load()
     assert lc.source == "default" and not lc.is_tuned and lc2.source == "default"
@@ -165,7 +165,7 @@ def test_default_fallback_warns_once_naming_the_file(isolated, caplog):
 
 
 def test_no_warning_on_cpu(isolated, caplog):
-    caplog.set_level(logging.WARNING, logger="fusedmoe.tuning")
+    caplog.set_level(logging.WARNING, logger="fusedmoe.tuned_configs")
     lc = LaunchConfigs.load("cpu", 8, 64, 128, 2, default_fn=fake_default)
     assert lc.source == "default"
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -219,10 +219,10 @@ def test_broken_file_fails_loudly_naming_it(isolated, content):
 
 
 def test_normalize_fills_and_keeps_extra_keys():
-    c = tuning.normalize_launch_config(cfg(16, USE_TMA=1))
+    c = tuned_configs.normalize_launch_config(cfg(16, USE_TMA=1))
     assert c["USE_TMA"] == 1 and c["num_warps"] == 4 and c["num_stages"] == 3
     with pytest.raises(ConfigError):
-        tuning.normalize_launch_config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": True})
+        tuned_configs.normalize_launch_config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": True})
 
 
 # ------------------------------------------------------------------------------------------- override
@@ -267,35 +267,35 @@ def test_for_config_uses_local_experts_and_I(isolated):
 # ------------------------------------------------------------------------------------------- search space
 def test_candidates_decode_never_use_big_blocks():
     # T=1, E=256, k=8 (DeepSeek decode): 8 hit experts with 1 token each
-    for stage_cands in [tuning.candidate_configs(1, 256, 8, 512, 7168)]:
+    for stage_cands in [tuner.candidate_configs(1, 256, 8, 512, 7168)]:
         assert stage_cands and all(c["BLOCK_SIZE_M"] == 16 for c in stage_cands)
-    big = tuning.candidate_configs(16384, 8, 2, 28672, 4096)
+    big = tuner.candidate_configs(16384, 8, 2, 28672, 4096)
     assert {c["BLOCK_SIZE_M"] for c in big} == {64, 128}
 
 
 def test_candidates_block_m_covers_the_busiest_expert():
     # Mixtral T=64: 16 tokens per expert on average, the busiest ~2x: BM 32 must be tried
     # (H100: BM 32 beat every BM 16 config, which streams that expert's weights twice)
-    bms = {c["BLOCK_SIZE_M"] for c in tuning.candidate_configs(64, 8, 2, 14336, 4096)}
+    bms = {c["BLOCK_SIZE_M"] for c in tuner.candidate_configs(64, 8, 2, 14336, 4096)}
     assert 32 in bms and max(bms) <= 32
     # GEMM2 up to 64 tokens per expert may split its long K to fill the SMs
-    tiles = tuning.candidate_configs(256, 8, 2, 4096, 14336, gemm="gemm2")[:2]
-    split = tuning.candidate_configs(256, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=tiles)
+    tiles = tuner.candidate_configs(256, 8, 2, 4096, 14336, gemm="gemm2")[:2]
+    split = tuner.candidate_configs(256, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=tiles)
     assert split and {c["SPLIT_K"] for c in split} >= {2, 4}
-    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=tiles) == []
+    assert tuner.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=tiles) == []
 
 
 def test_candidates_tma_stage(monkeypatch):
     t64, t16 = full(64), full(16)
-    monkeypatch.setattr(tuning, "_tma_available", lambda: True)
-    got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64, t16])
+    monkeypatch.setattr(tuner, "_tma_available", lambda: True)
+    got = tuner.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64, t16])
     # decode tiles (BM 16) are not tried; a gated GEMM1 also tries gate and up as one dot, and
     # that with x in sorted order (a 16-bit scheme)
     one = {**t64, "USE_TMA": True, "GU_ONE_DOT": True}
     assert got == [{**t64, "USE_TMA": True}, one, {**one, "SORTED_X": True}]
-    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[2:]) == []
-    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[1:2]) == got[2:]
-    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[:1]) == got[1:]
+    assert tuner.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[2:]) == []
+    assert tuner.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[1:2]) == got[2:]
+    assert tuner.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=got[:1]) == got[1:]
     # no one dot for GEMM2, an ungated GEMM1 or block scales (their per-group dots stay apart);
     # the sorted A (GEMM2: h) for 16-bit schemes only, not an A-resident GEMM2, not when the
     # search space says no
@@ -304,12 +304,12 @@ def test_candidates_tma_stage(monkeypatch):
                      (dict(gated=False), [tma, {**tma, "SORTED_X": True}]),
                      (dict(scheme="fp8_block"), [tma]), (dict(scheme="fp8_channel", gemm="gemm2"), [tma]),
                      (dict(gemm="gemm2", space={"SORTED_H": [False]}), [tma])):
-        got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64], **kw)
+        got = tuner.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64], **kw)
         assert got == want, kw
-    got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", stage="tma", tiles=[{**t64, "A_RESIDENT": 4}])
+    got = tuner.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", stage="tma", tiles=[{**t64, "A_RESIDENT": 4}])
     assert got == [{**t64, "A_RESIDENT": 4, "USE_TMA": True}]
-    monkeypatch.setattr(tuning, "_tma_available", lambda: False)
-    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64]) == []
+    monkeypatch.setattr(tuner, "_tma_available", lambda: False)
+    assert tuner.candidate_configs(4096, 8, 2, 4096, 14336, stage="tma", tiles=[t64]) == []
 
 
 def test_candidates_persistent_stage_half_tail():
@@ -317,70 +317,70 @@ def test_candidates_persistent_stage_half_tail():
     # tile with HALF_TAIL (one tile a program only: persistent it measured slower); none for a
     # tile that is already persistent, a decode tile (BM 16) gets no HALF_TAIL, decode T none
     t64, t16 = full(64), full(16)
-    got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent", tiles=[t64, t16])
+    got = tuner.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent", tiles=[t64, t16])
     halves = [c for c in got if c.get("HALF_TAIL")]
     assert halves == [{**t64, "HALF_TAIL": True}]
     assert all(not c.get("HALF_TAIL") for c in got if c.get("PERSISTENT"))
     assert any(c.get("PERSISTENT") for c in got)
-    assert tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent",
+    assert tuner.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent",
                                     tiles=[{**t64, "PERSISTENT": 1}]) == []
-    assert tuning.candidate_configs(16, 8, 2, 4096, 14336, stage="persistent", tiles=[t64]) == []
+    assert tuner.candidate_configs(16, 8, 2, 4096, 14336, stage="persistent", tiles=[t64]) == []
     # a HALF_TAIL tile's persistent variants drop it (the pair measured slower)
-    got = tuning.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent", tiles=[{**t64, "HALF_TAIL": True}])
+    got = tuner.candidate_configs(4096, 8, 2, 4096, 14336, stage="persistent", tiles=[{**t64, "HALF_TAIL": True}])
     assert got and all("HALF_TAIL" not in c and c["PERSISTENT"] for c in got)
 
 
 def test_candidates_fit_the_matrix_and_shared_memory():
-    cands = tuning.candidate_configs(4096, 64, 8, 48, 40)  # tiny N and K
+    cands = tuner.candidate_configs(4096, 64, 8, 48, 40)  # tiny N and K
     assert cands
     for c in cands:
         assert c["BLOCK_SIZE_N"] <= 64 and c["BLOCK_SIZE_K"] <= 64
-    tiles = tuning.candidate_configs(4096, 8, 2, 4096, 4096, stage="tiles")
-    pipe = tuning.candidate_configs(4096, 8, 2, 4096, 4096, stage="pipeline", tiles=tiles)
+    tiles = tuner.candidate_configs(4096, 8, 2, 4096, 4096, stage="tiles")
+    pipe = tuner.candidate_configs(4096, 8, 2, 4096, 4096, stage="pipeline", tiles=tiles)
     for c in pipe:
         smem = c["num_stages"] * (c["BLOCK_SIZE_M"] + c["BLOCK_SIZE_N"]) * c["BLOCK_SIZE_K"] * 2
-        assert smem <= tuning.SMEM_LIMIT
+        assert smem <= tuner.SMEM_LIMIT
 
 
 def test_candidates_scheme_constraints_and_group_stage():
-    fp8 = tuning.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_block")
+    fp8 = tuner.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_block")
     assert fp8 and all(128 % c["BLOCK_SIZE_K"] == 0 for c in fp8)  # block scales per K tile
     # every block tile both ways (per-group dot / RESCALE); other schemes never get the key
     tiles = {tuple(sorted((k, v) for k, v in c.items() if k != "RESCALE")) for c in fp8}
     assert sorted(c["RESCALE"] for c in fp8) == [False] * len(tiles) + [True] * len(tiles)
-    assert [c["RESCALE"] for c in tuning.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_block",
+    assert [c["RESCALE"] for c in tuner.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_block",
                                                             space={"RESCALE": [True]})] == [True] * len(tiles)
-    assert not any("RESCALE" in c for c in tuning.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_channel"))
-    int4 = tuning.candidate_configs(64, 8, 2, 512, 4096, scheme="int4_w4a16:g64")
+    assert not any("RESCALE" in c for c in tuner.candidate_configs(64, 256, 8, 512, 7168, scheme="fp8_channel"))
+    int4 = tuner.candidate_configs(64, 8, 2, 512, 4096, scheme="int4_w4a16:g64")
     assert all(64 % c["BLOCK_SIZE_K"] == 0 for c in int4)
     # one M block per expert: GROUP_SIZE_M cannot matter
-    assert tuning.candidate_configs(1, 8, 2, 512, 512, stage="group", tiles=[full(16)]) == []
-    assert len(tuning.candidate_configs(8192, 8, 2, 512, 512, stage="group", tiles=[full(64)])) == 4
+    assert tuner.candidate_configs(1, 8, 2, 512, 512, stage="group", tiles=[full(16)]) == []
+    assert len(tuner.candidate_configs(8192, 8, 2, 512, 512, stage="group", tiles=[full(64)])) == 4
 
 
 def test_gemm2_block_m_divides_gemm1_and_split_only_in_decode():
-    c = tuning.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", bm_divides=64)
+    c = tuner.candidate_configs(4096, 8, 2, 4096, 14336, gemm="gemm2", bm_divides=64)
     assert c and all(64 % x["BLOCK_SIZE_M"] == 0 for x in c)
     t = [full(16, 64, 128)]
-    split = tuning.candidate_configs(1, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=t)
+    split = tuner.candidate_configs(1, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=t)
     assert sorted(x["SPLIT_K"] for x in split) == [1, 2, 4, 8, 16]
-    assert tuning.candidate_configs(1, 8, 2, 4096, 14336, gemm="gemm1", stage="split", tiles=t) == []
-    assert tuning.candidate_configs(8192, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=t) == []
+    assert tuner.candidate_configs(1, 8, 2, 4096, 14336, gemm="gemm1", stage="split", tiles=t) == []
+    assert tuner.candidate_configs(8192, 8, 2, 4096, 14336, gemm="gemm2", stage="split", tiles=t) == []
     # K too short to split 16 ways into >= 2 K tiles each
-    assert max(x["SPLIT_K"] for x in tuning.candidate_configs(1, 8, 2, 64, 1024, gemm="gemm2", stage="split",
+    assert max(x["SPLIT_K"] for x in tuner.candidate_configs(1, 8, 2, 64, 1024, gemm="gemm2", stage="split",
                                                                tiles=t)) == 4
 
 
 def test_gated_gemm1_counts_both_weight_tiles_in_shared_memory():
     # BM 64, BN 128, BK 128 in bf16: 80 KiB per stage with gate + up tiles, 48 KiB for one tile
     t = [full(64, 128, 128)]
-    g1 = tuning.candidate_configs(4096, 8, 2, 4096, 4096, gemm="gemm1", stage="pipeline", tiles=t)
-    g2 = tuning.candidate_configs(4096, 8, 2, 4096, 4096, gemm="gemm2", stage="pipeline", tiles=t)
+    g1 = tuner.candidate_configs(4096, 8, 2, 4096, 4096, gemm="gemm1", stage="pipeline", tiles=t)
+    g2 = tuner.candidate_configs(4096, 8, 2, 4096, 4096, gemm="gemm2", stage="pipeline", tiles=t)
     assert {c["num_stages"] for c in g1} == {2} and {c["num_stages"] for c in g2} == {2, 3, 4}
 
 
 def test_search_space_argument_replaces_values():
-    c = tuning.candidate_configs(256, 8, 2, 1024, 1024, space={"BLOCK_SIZE_M": [32], "BLOCK_SIZE_N": [128],
+    c = tuner.candidate_configs(256, 8, 2, 1024, 1024, space={"BLOCK_SIZE_M": [32], "BLOCK_SIZE_N": [128],
                                                                  "BLOCK_SIZE_K": [64]})
     assert [(x["BLOCK_SIZE_M"], x["BLOCK_SIZE_N"], x["BLOCK_SIZE_K"]) for x in c] == [(32, 128, 64)]
 
@@ -388,11 +388,11 @@ def test_search_space_argument_replaces_values():
 def test_default_space_stays_small():
     # budget: ~7 token counts x 2 GEMMs must stay in a few hundred timings (< 5 min on an H100)
     total = 0
-    for T in tuning.DEFAULT_TUNE_TOKENS:
+    for T in tuner.DEFAULT_TUNE_TOKENS:
         for n_out, k_in in ((2 * 768, 2048), (2048, 768)):
-            tiles = tuning.candidate_configs(T, 128, 8, n_out, k_in)
-            pipe = tuning.candidate_configs(T, 128, 8, n_out, k_in, stage="pipeline", tiles=tiles[:2])
-            grp = tuning.candidate_configs(T, 128, 8, n_out, k_in, stage="group", tiles=tiles[:1])
+            tiles = tuner.candidate_configs(T, 128, 8, n_out, k_in)
+            pipe = tuner.candidate_configs(T, 128, 8, n_out, k_in, stage="pipeline", tiles=tiles[:2])
+            grp = tuner.candidate_configs(T, 128, 8, n_out, k_in, stage="group", tiles=tiles[:1])
             total += len(tiles) + len(pipe) + len(grp)
     assert total < 600
 
@@ -410,7 +410,7 @@ def _cost(pair):
 
 def test_search_point_finds_the_fake_optimum():
     steps = []
-    pt = tuning.search_point(1, E=8, top_k=2, H=1024, N13=2048, I=1024, default_pair=(full(16), full(16)),
+    pt = tuner.search_point(1, E=8, top_k=2, H=1024, N13=2048, I=1024, default_pair=(full(16), full(16)),
                              measure=_cost, check=lambda pair: (True, 1e-3), on_step=steps.append)
     assert (pt.gemm1["BLOCK_SIZE_N"], pt.gemm1["BLOCK_SIZE_K"], pt.gemm1["num_stages"]) == (128, 128, 2)
     assert pt.gemm1["BLOCK_SIZE_M"] == 16 and pt.gemm1["SPLIT_K"] == 1  # T=1: one token per expert
@@ -423,7 +423,7 @@ def test_search_point_tma_on_the_runner_up(monkeypatch):
     # the TMA stage times the best TWO tiles with USE_TMA: here BN 64 ranks second without TMA
     # and wins with it (as GEMM1 128 x (2 x 64) x 128 did at H100 Mixtral T=256); GEMM2's BM is
     # searched free of GEMM1's (the alignment takes the larger)
-    monkeypatch.setattr(tuning, "_tma_available", lambda: True)
+    monkeypatch.setattr(tuner, "_tma_available", lambda: True)
 
     def cost(pair):
         c1, c2 = pair
@@ -433,7 +433,7 @@ def test_search_point_tma_on_the_runner_up(monkeypatch):
             t -= 5
         t += 0 if c2["BLOCK_SIZE_M"] == 128 else 2
         return t
-    pt = tuning.search_point(4096, E=128, top_k=8, H=2048, N13=1536, I=768, default_pair=(full(64), full(64)),
+    pt = tuner.search_point(4096, E=128, top_k=8, H=2048, N13=1536, I=768, default_pair=(full(64), full(64)),
                              measure=cost, check=lambda pair: (True, 1e-3))
     assert pt.gemm1["BLOCK_SIZE_N"] == 64 and pt.gemm1.get("USE_TMA")
     assert pt.gemm2["BLOCK_SIZE_M"] == 128
@@ -443,7 +443,7 @@ def test_search_point_skips_a_wrong_winner():
     def check(pair):
         wrong = pair[0]["BLOCK_SIZE_N"] == 128 and pair[0]["BLOCK_SIZE_K"] == 128 and pair[0]["num_stages"] == 2
         return (not wrong), (0.5 if wrong else 1e-3)
-    pt = tuning.search_point(1, E=8, top_k=2, H=1024, N13=2048, I=1024, default_pair=(full(16), full(16)),
+    pt = tuner.search_point(1, E=8, top_k=2, H=1024, N13=2048, I=1024, default_pair=(full(16), full(16)),
                              measure=_cost, check=check)
     assert not (pt.gemm1["BLOCK_SIZE_N"] == 128 and pt.gemm1["BLOCK_SIZE_K"] == 128 and pt.gemm1["num_stages"] == 2)
     assert any("wrong result" in f for f in pt.failures)
@@ -451,7 +451,7 @@ def test_search_point_skips_a_wrong_winner():
 
 def test_search_point_all_wrong_raises():
     with pytest.raises(ConfigError, match="no correct config"):
-        tuning.search_point(1, E=8, top_k=2, H=256, N13=512, I=256, default_pair=(full(16), full(16)),
+        tuner.search_point(1, E=8, top_k=2, H=256, N13=512, I=256, default_pair=(full(16), full(16)),
                             measure=_cost, check=lambda p: (False, 1.0))
 
 
@@ -459,21 +459,21 @@ def test_search_point_nothing_launches_raises():
     def never(pair):
         raise RuntimeError("no")
     with pytest.raises(ConfigError, match="no config"):
-        tuning.search_point(1, E=8, top_k=2, H=256, N13=512, I=256, default_pair=(full(16), full(16)),
+        tuner.search_point(1, E=8, top_k=2, H=256, N13=512, I=256, default_pair=(full(16), full(16)),
                             measure=never, check=lambda p: (True, 0.0))
 
 
 def test_written_file_round_trips_and_merges(isolated):
     user, _ = isolated
     path = os.path.join(str(user), config_file_name(8, 14336, DEV))
-    tuning.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}},
+    tuner.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}},
                              {"seconds": 1, "points": {"16": {"tuned_us": 5.0}}})
     with open(path) as f:                                   # a note added by hand
         d = json.load(f)
     d["meta"]["retune_note"] = "kept"
     with open(path, "w") as f:
         json.dump(d, f)
-    tuning.write_config_file(path, {256: {"gemm1": full(64), "gemm2": full(64)}},
+    tuner.write_config_file(path, {256: {"gemm1": full(64), "gemm2": full(64)}},
                              {"seconds": 2, "points": {"256": {"tuned_us": 50.0}}})
     data = json.load(open(path))
     assert data["triton_version"] == "3.6.0" and set(data) == {"triton_version", "16", "256", "meta"}
@@ -491,32 +491,32 @@ def test_triton_version_section_wins_under_its_triton(isolated, monkeypatch):
     d = table(16, 4096)
     d["triton_versions"] = {"3.9": {"4096": {"gemm1": cfg(64, 32), "gemm2": cfg(64, 64)}, "meta": {"x": 1}}}
     write(user, config_file_name(8, 14336, DEV), d)
-    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.9.1")
+    monkeypatch.setattr(tuned_configs, "_running_triton_version", lambda: "3.9.1")
     lc = load()
     assert lc.get(4096)[0]["BLOCK_SIZE_N"] == 32 and lc.get(4096)[1]["BLOCK_SIZE_N"] == 64
     assert lc.get(16) == load_36_entry(d, "16")
     assert any("T=[4096] from its Triton 3.9 entries" in n for n in lc.notes)
-    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.6.0")
+    monkeypatch.setattr(tuned_configs, "_running_triton_version", lambda: "3.6.0")
     lc = load()
     assert lc.get(4096) == load_36_entry(d, "4096") and not lc.notes
     # a section with no token-count keys is no section: the version-mismatch note instead
     d["triton_versions"] = {"3.9": {"meta": {}}}
     write(user, config_file_name(8, 14336, DEV), d)
-    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.9.0")
+    monkeypatch.setattr(tuned_configs, "_running_triton_version", lambda: "3.9.0")
     assert any("tuned with Triton 3.6.0, running 3.9.0" in n for n in load().notes)
 
 
 def load_36_entry(d, key):
-    return tuning._split_entry(d[key], key)
+    return tuned_configs._split_entry(d[key], key)
 
 
 def test_write_under_another_triton_keeps_the_file_and_adds_its_section(isolated, monkeypatch):
     user, _ = isolated
     path = os.path.join(str(user), config_file_name(8, 14336, DEV))
-    tuning.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}}, {"points": {"16": {"us": 1.0}}})
-    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.9.0")
-    tuning.write_config_file(path, {16: {"gemm1": full(64), "gemm2": full(64)}}, {"points": {"16": {"us": 2.0}}})
-    tuning.write_config_file(path, {256: {"gemm1": full(128), "gemm2": full(128)}})     # merges into it
+    tuner.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}}, {"points": {"16": {"us": 1.0}}})
+    monkeypatch.setattr(tuned_configs, "_running_triton_version", lambda: "3.9.0")
+    tuner.write_config_file(path, {16: {"gemm1": full(64), "gemm2": full(64)}}, {"points": {"16": {"us": 2.0}}})
+    tuner.write_config_file(path, {256: {"gemm1": full(128), "gemm2": full(128)}})     # merges into it
     data = json.load(open(path))
     assert data["triton_version"] == "3.6.0" and data["16"]["gemm1"]["BLOCK_SIZE_M"] == 16   # untouched
     sec = data["triton_versions"]["3.9"]
@@ -524,8 +524,8 @@ def test_write_under_another_triton_keeps_the_file_and_adds_its_section(isolated
     assert sec["meta"]["points"] == {"16": {"us": 2.0}}
     assert load().get(200)[0]["BLOCK_SIZE_M"] == 128
     # back under 3.6: its own entries are rewritten, the 3.9 section stays
-    monkeypatch.setattr(tuning, "_running_triton_version", lambda: "3.6.2")
-    tuning.write_config_file(path, {4096: {"gemm1": full(128), "gemm2": full(128)}})
+    monkeypatch.setattr(tuned_configs, "_running_triton_version", lambda: "3.6.2")
+    tuner.write_config_file(path, {4096: {"gemm1": full(128), "gemm2": full(128)}})
     data = json.load(open(path))
     assert set(k for k in data if k.isdigit()) == {"16", "4096"} and data["triton_version"] == "3.6.2"
     assert data["triton_versions"]["3.9"]["16"]["gemm1"]["BLOCK_SIZE_M"] == 64
@@ -533,7 +533,7 @@ def test_write_under_another_triton_keeps_the_file_and_adds_its_section(isolated
 
 def test_tune_refuses_cpu():
     with pytest.raises(ConfigError, match="CUDA"):
-        tuning.tune(MoEConfig(8, 2, 64, 32), "none", [1], platform="cpu")
+        tuner.tune(MoEConfig(8, 2, 64, 32), "none", [1], platform="cpu")
 
 
 # ------------------------------------------------------------------------------------------- GPU
@@ -543,7 +543,7 @@ def test_gpu_tune_writes_a_file_the_backend_loads(tmp_path, monkeypatch):
     c = MoEConfig(8, 2, 256, 128)
     space = {"BLOCK_SIZE_N": [64], "BLOCK_SIZE_K": [64], "num_warps": [4], "num_stages": [3],
              "GROUP_SIZE_M": [1], "SPLIT_K": [1, 2]}
-    path = tuning.tune(c, "none", [1, 64], platform=Platform.current(), out_dir=str(tmp_path),
+    path = tuner.tune(c, "none", [1, 64], platform=Platform.current(), out_dir=str(tmp_path),
                        search_space=space, progress=False, budget_ms=5)
     data = json.load(open(path))
     assert os.path.basename(path) == config_file_name(8, 128, Platform.current().device_name)

@@ -16,7 +16,7 @@ __all__ = ["add_arguments", "main"]
 
 
 def add_arguments(p) -> None:
-    from ..tuning import DEFAULT_TUNE_TOKENS
+    from ..tuner import DEFAULT_TUNE_TOKENS
     default_tokens = ",".join(str(t) for t in DEFAULT_TUNE_TOKENS)
     p.add_argument("--model", default=None, help="preset name or HF config.json path (see `fusedmoe models`)")
     p.add_argument("--shape", default=None, metavar="E,k,H,I[,activation]", help="a custom shape instead of --model")
@@ -39,7 +39,7 @@ def main(args) -> int:
     from ..cli.bench import _csv, parse_shapes
     from ..errors import ConfigError
     from ..platform import Platform
-    from ..tuning import tune
+    from ..tuner import tune
 
     if bool(args.model) == bool(args.shape):
         raise ConfigError("--model", args.model, "exactly one of --model or --shape", "e.g. --model qwen3-30b-a3b")
