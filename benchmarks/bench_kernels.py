@@ -91,7 +91,7 @@ def _decode_tc(dev):
     # there (FUSEDMOE_W8A8_DECODE=auto), x and h quantized per token by the scheme's kernels
     from fusedmoe.bench.harness import make_weights
     from fusedmoe.kernels.decode_tc import tc_decode
-    from fusedmoe.modular.prepare_finalize import quantize_activation
+    from fusedmoe.quantize import quantize_activation
     from fusedmoe.presets import get_preset
     from fusedmoe.reference.moe import reference_moe
     cfg = get_preset("qwen3-30b-a3b").to_config()

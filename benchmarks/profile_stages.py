@@ -127,7 +127,7 @@ def split_times(fn, args, iters: int = 10) -> str:
     wrap(gg, "moe_reduce", lambda a, kw: "reduce")
     wrap(al, "align_block_size", lambda a, kw: "align")
     import fusedmoe.backends.triton as tb
-    import fusedmoe.modular.prepare_finalize as pf
+    import fusedmoe.quantize as pf
     wrap(pf, "quantize_activation", lambda a, kw: "quant_x")       # NoEP.prepare (W8A8)
     wrap(tb, "quantize_activation", lambda a, kw: "requant_h")     # between the GEMMs (W8A8)
     try:

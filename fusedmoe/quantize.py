@@ -17,6 +17,10 @@ Loaders (each returns ``ExpertWeights``; a ``scheme`` other than 'none' quantize
                       fbgemm-fp8 and per-tensor fp8 checkpoints store them (per channel or per
                       tensor, multiplying), and their ``input_scale`` for static fp8; no
                       requantization except fp8_tensor's gate / up halves (see there).
+
+Activations, at run time (what the backends call on a GEMM input):
+  quantize_activation  x -> (q, scale) as the scheme's kernels quantize it: the Triton
+                       quantization kernels on CUDA, the plain-torch reference elsewhere.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from .reference.quant import dequantize_weight, quantize_weight
 from .weights import ExpertWeights
 
 __all__ = ["quantize_experts", "dequantize_experts", "from_deepseek_fp8", "from_per_expert", "from_fused_gate_up",
-           "from_quantized_per_expert"]
+           "from_quantized_per_expert", "quantize_activation"]
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -366,3 +370,51 @@ def _requantize_fp8(q: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
     fp8 value times 1 rounds to itself)."""
     from .reference.quant import _to_fp8
     return q if bool((ratio == 1).all()) else _to_fp8(q.float() * ratio[:, None, None])
+
+
+# ----------------------------------------------------------------------------- activations
+def quantize_activation(x: torch.Tensor, scheme, static_scale: Optional[torch.Tensor] = None,
+                        counts: Optional[torch.Tensor] = None, pdl: bool = False,
+                        zero: Optional[torch.Tensor] = None):
+    """Quantize a GEMM input the way ``scheme`` does -> (q, scale).
+
+    x [M, K], or batched [E_loc, T_max, K] with ``counts`` [E_loc] (rows past a count are
+    padding: ignored by the per-tensor amax, never read later). Triton kernels on CUDA, the
+    plain-torch reference elsewhere (same numerics). ``pdl`` (CUDA sm90+, per-token and group
+    schemes; ignored by the per-tensor ones): the kernel is a link of a programmatic
+    dependent launch chain (kernels/quantize.py ``quant_fp8_token``). ``zero``: a float
+    tensor of x's shape [M, K] (standard format) to fill with zeros, on CUDA by the quantizing
+    launch itself (the output a later atomic k-sum adds into), elsewhere by ``zero_()``."""
+    m = scheme.method
+    kw = {}
+    if x.is_cuda:
+        from .kernels import quantize as qk   # here, not at module level: importing fusedmoe must not import Triton
+        if counts is not None:
+            kw["counts"] = counts
+        if pdl and m != QuantMethod.FP8_TENSOR:
+            kw["pdl"] = True
+        if zero is not None:
+            kw["zero"] = zero
+    else:
+        from .reference import quant as qk
+        if counts is not None:   # zero the padding rows: zeros never raise an amax
+            rows = torch.arange(x.shape[1], device=x.device)
+            x = torch.where((rows[None, :] < counts[:, None]).unsqueeze(-1), x, torch.zeros((), dtype=x.dtype))
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+    if m == QuantMethod.FP8_TENSOR:
+        q, s = qk.quant_fp8_tensor(x, static_scale, **kw)
+    elif m == QuantMethod.FP8_CHANNEL:
+        q, s = qk.quant_fp8_token(x, **kw)
+    elif m == QuantMethod.FP8_BLOCK:
+        q, s = qk.quant_fp8_group(x, scheme.block_shape[1], scheme.scale_pow2, **kw)
+    elif m == QuantMethod.INT8_CHANNEL:
+        q, s = qk.quant_int8_token(x, **kw)
+    else:
+        raise AssertionError(f"no native activation quantization for {m.value}")
+    if zero is not None and not x.is_cuda:
+        zero.zero_()
+    if not x.is_cuda and counts is not None:     # back to the batched shape
+        q = q.view(shape)
+        s = s.view(*shape[:-1], -1) if s.numel() > 1 else s
+    return q, s

@@ -529,7 +529,7 @@ def test_decode_in_kernel_quant_equals_separate_quant(mode, dtype):
     # quantization kernels + the kernels on quantized operands give: same grid, same rounding,
     # same sums. A NaN in token 1 poisons its rows in both (the scale of its row / group is NaN).
     from fusedmoe.config import QuantMethod, QuantScheme
-    from fusedmoe.modular.prepare_finalize import quantize_activation
+    from fusedmoe.quantize import quantize_activation
     qt, gran = mode.split("_")[:2]
     pow2 = mode.endswith("pow2")
     H_, I_, E_, k, T = 256, 128, 5, 2, 3

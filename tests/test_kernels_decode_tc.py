@@ -373,7 +373,7 @@ def test_gpu_tc_decode_real_sizes(model, tp, scheme, T):
     if not _CUDA or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("fp8 / int8 wgmma tiles: sm90")
     from fusedmoe.bench.harness import make_weights
-    from fusedmoe.modular.prepare_finalize import quantize_activation
+    from fusedmoe.quantize import quantize_activation
     from fusedmoe.presets import get_preset
     from fusedmoe.reference.moe import reference_moe
     from fusedmoe.tolerances import rel_error, tolerance

@@ -21,6 +21,7 @@ from fusedmoe.modular.interfaces import (ActivationFormat, BatchedSlots, Batched
                                          MonolithicExperts, MonolithicPrepareFinalize, NoOpWeightAndReduce,
                                          PrepareResult, WorkspaceSpec)
 from fusedmoe.platform import Platform
+from fusedmoe.quantize import quantize_activation
 from fusedmoe.reference.moe import reference_moe
 from fusedmoe.tolerances import rel_error, tolerance
 
@@ -433,12 +434,21 @@ def test_delegate_is_resolved_by_prepare_finalize():
     assert NoEP().resolve(c) is c
 
 
+class _QuantizingPassThrough(PassThroughExperts):
+    """Asks prepare for quantized input and supplies the scheme's quantizer."""
+
+    input_quant = True
+
+    def quantize_input(self, a1, counts=None):
+        return quantize_activation(a1, self.weights.scheme, self.weights.a13_scale, counts)
+
+
 def test_noep_quantizes_input_when_experts_ask(mk):
-    # experts with input_quant=True get fp8 a1q + per-token scales from prepare
+    # experts with input_quant=True get fp8 a1q + per-token scales from prepare, made by
+    # the experts' own quantize_input
     cfg = mk.config(E=4, k=2, H=128, I=64, dtype="float32")
     w = mk.weights(cfg, "fp8_channel", seed=34)
-    ex = PassThroughExperts(cfg, w)
-    ex.input_quant = True
+    ex = _QuantizingPassThrough(cfg, w)
     x = mk.x(cfg, 6, seed=35)
     tw, ti = mk.topk(6, 4, 2, seed=36)
     prep = NoEP().prepare(x, tw, ti, cfg, ex, None)

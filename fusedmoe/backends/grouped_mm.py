@@ -71,7 +71,7 @@ import torch.nn.functional as F
 
 from ..config import MoEConfig, QuantMethod
 from ..modular.interfaces import ActivationFormat, ContiguousWeightAndReduce, Experts, WorkspaceSpec
-from ..modular.prepare_finalize import quantize_activation
+from ..quantize import quantize_activation
 from ..reference.activations import activation_from_config
 from ..weights import ExpertWeights
 from .registry import BackendSpec, Reason, register
@@ -181,6 +181,9 @@ class GroupedMMFp8Experts(GroupedMMExperts):
         self.scheme = weights.scheme
         self.w13_scale = weights.w13_scale                             # fp32 [E, N]: scale_b of GEMM1
         self.w2_scale = weights.w2_scale                               # fp32 [E, H]: scale_b of GEMM2
+
+    def quantize_input(self, a1, counts=None):
+        return quantize_activation(a1, self.scheme, self.weights.a13_scale, counts)
 
     def apply(self, prep, ws, expert_map):
         c, w = self.config, self.weights

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..config import MoEConfig, QuantMethod
 from ..modular.interfaces import ActivationFormat, BatchedWeightAndReduce, Experts, WorkspaceSpec
-from ..modular.prepare_finalize import quantize_activation
+from ..quantize import quantize_activation
 from .registry import BackendSpec, register
 from .triton import QUANT_MIN_SM, QUANT_MODE, _check, convert_weights
 
@@ -38,6 +38,9 @@ class TritonBatchedExperts(Experts):
 
     def weight_and_reduce(self):
         return BatchedWeightAndReduce()
+
+    def quantize_input(self, a1, counts=None):
+        return quantize_activation(a1, self.scheme, self.weights.a13_scale, counts)
 
     def apply(self, prep, ws, expert_map):
         from ..kernels.batched_gemm import batched_gemm1_act, batched_gemm2

@@ -206,13 +206,13 @@ class Experts(ABC):
     """The expert math of one weight format on one kernel family (modular form).
 
     Subclasses declare ``activation_format``, whether they want their input quantized by
-    prepare (``input_quant``: a QuantScheme's activation quantization, or None for 16-bit
-    input), their workspace and how finalize must weight and reduce.
+    prepare (``input_quant``, then they supply the quantizer: ``quantize_input``), their
+    workspace and how finalize must weight and reduce.
     """
 
     is_monolithic = False
     activation_format: ActivationFormat = ActivationFormat.STANDARD
-    input_quant: bool = False        # True: prepare quantizes a1 per the scheme (a1q_scale set)
+    input_quant: bool = False        # True: prepare quantizes a1 with quantize_input (a1q_scale set)
 
     def __init__(self, config: MoEConfig, weights: ExpertWeights, *, max_num_tokens: Optional[int] = None):
         if self.activation_format == ActivationFormat.BATCHED and max_num_tokens is None:
@@ -234,6 +234,13 @@ class Experts(ABC):
     @abstractmethod
     def apply(self, prep: PrepareResult, ws: dict, expert_map: Optional[torch.Tensor]) -> torch.Tensor:
         """Compute into ``ws['out']`` and return it."""
+
+    def quantize_input(self, a1: torch.Tensor, counts: Optional[torch.Tensor] = None):
+        """a1 -> (a1q, a1q_scale), GEMM1's input as these experts read it; prepare calls it when
+        ``input_quant`` (after any router-weight scaling). a1 [T, H], or batched
+        [E_loc, T_max, H] with ``counts`` int32 [E_loc] (rows past a count are padding). The
+        experts own the quantizer, so prepare/finalize need no quantization kernel."""
+        raise NotImplementedError(f"{type(self).__name__} sets input_quant but defines no quantize_input")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(format={self.activation_format.value})"

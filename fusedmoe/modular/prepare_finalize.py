@@ -1,7 +1,8 @@
 """Prepare/finalize implementations for one device.
 
-- ``NoEP``: standard format; quantizes the activations if the experts want it, finalize
-  weights and reduces (Contiguous unless the experts already did it).
+- ``NoEP``: standard format; quantizes the activations if the experts want it (with the
+  experts' own ``quantize_input``), finalize weights and reduces (Contiguous unless the
+  experts already did it).
 - ``LocalBatched``: scatters the tokens into the expert-major batched buffer
   [E_loc, T_max, H] + counts, entirely with device ops (no host sync), and scatters back.
   It is the single-device stand-in for a low-latency all-to-all.
@@ -10,62 +11,13 @@ Legend: T tokens, k top-k, H hidden, E_loc local experts, T_max per-expert capac
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
-from ..config import MoEConfig, QuantMethod
+from ..config import MoEConfig
 from .interfaces import (ActivationFormat, BatchedSlots, ExpertTokensMetadata, PrepareFinalize,
                          PrepareResult, WeightAndReduce)
 
-__all__ = ["NoEP", "LocalBatched", "quantize_activation"]
-
-
-def quantize_activation(x: torch.Tensor, scheme, static_scale: Optional[torch.Tensor] = None,
-                        counts: Optional[torch.Tensor] = None, pdl: bool = False,
-                        zero: Optional[torch.Tensor] = None):
-    """Quantize a GEMM input the way ``scheme`` does -> (q, scale).
-
-    x [M, K], or batched [E_loc, T_max, K] with ``counts`` [E_loc] (rows past a count are
-    padding: ignored by the per-tensor amax, never read later). Triton kernels on CUDA, the
-    plain-torch reference elsewhere (same numerics). ``pdl`` (CUDA sm90+, per-token and group
-    schemes; ignored by the per-tensor ones): the kernel is a link of a programmatic
-    dependent launch chain (kernels/quantize.py ``quant_fp8_token``). ``zero``: a float
-    tensor of x's shape [M, K] (standard format) to fill with zeros, on CUDA by the quantizing
-    launch itself (the output a later atomic k-sum adds into), elsewhere by ``zero_()``."""
-    m = scheme.method
-    kw = {}
-    if x.is_cuda:
-        from ..kernels import quantize as qk
-        if counts is not None:
-            kw["counts"] = counts
-        if pdl and m != QuantMethod.FP8_TENSOR:
-            kw["pdl"] = True
-        if zero is not None:
-            kw["zero"] = zero
-    else:
-        from ..reference import quant as qk
-        if counts is not None:   # zero the padding rows: zeros never raise an amax
-            rows = torch.arange(x.shape[1], device=x.device)
-            x = torch.where((rows[None, :] < counts[:, None]).unsqueeze(-1), x, torch.zeros((), dtype=x.dtype))
-        shape = x.shape
-        x = x.reshape(-1, shape[-1])
-    if m == QuantMethod.FP8_TENSOR:
-        q, s = qk.quant_fp8_tensor(x, static_scale, **kw)
-    elif m == QuantMethod.FP8_CHANNEL:
-        q, s = qk.quant_fp8_token(x, **kw)
-    elif m == QuantMethod.FP8_BLOCK:
-        q, s = qk.quant_fp8_group(x, scheme.block_shape[1], scheme.scale_pow2, **kw)
-    elif m == QuantMethod.INT8_CHANNEL:
-        q, s = qk.quant_int8_token(x, **kw)
-    else:
-        raise AssertionError(f"no native activation quantization for {m.value}")
-    if zero is not None and not x.is_cuda:
-        zero.zero_()
-    if not x.is_cuda and counts is not None:     # back to the batched shape
-        q = q.view(shape)
-        s = s.view(*shape[:-1], -1) if s.numel() > 1 else s
-    return q, s
+__all__ = ["NoEP", "LocalBatched"]
 
 
 def _finalize(output, fused_out, prep, wr, on_input):
@@ -82,7 +34,7 @@ class NoEP(PrepareFinalize):
             a1 = (a1.float() * topk_weights[:, :1]).to(a1.dtype)          # top-1: scale x first
         scale = None
         if experts.input_quant:
-            a1, scale = quantize_activation(a1, experts.weights.scheme, experts.weights.a13_scale)
+            a1, scale = experts.quantize_input(a1)
         return PrepareResult(a1, scale, topk_ids, topk_weights)
 
     def finalize(self, output, fused_out, prep, weight_and_reduce: WeightAndReduce, apply_router_weight_on_input):
@@ -122,7 +74,7 @@ class LocalBatched(PrepareFinalize):
         a1b = buf[:-1].view(E_loc, Tm, H)
         scale = None
         if experts.input_quant:
-            a1b, scale = quantize_activation(a1b, experts.weights.scheme, experts.weights.a13_scale, counts)
+            a1b, scale = experts.quantize_input(a1b, counts)
         return PrepareResult(a1b, scale, topk_ids, topk_weights, ExpertTokensMetadata(counts),
                              BatchedSlots(slot_of_row[:-1].view(E_loc, Tm)))
 
