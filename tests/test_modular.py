@@ -497,6 +497,29 @@ def test_direct_hook_serves_small_calls_and_only_where_prepare_does_nothing(mk):
     assert torch.allclose(m1(x, tw, ti), x * tw[:, :1]) and ex1.direct_calls == 0
 
 
+def test_direct_needs_a_prepare_finalize_that_says_direct_ok(mk):
+    # the kernel asks the prepare/finalize (direct_ok), it knows no class by name: NoEP says
+    # yes, LocalBatched and a NoEP subclass that adds work to prepare say no
+    class _ScalingNoEP(NoEP):
+        def prepare(self, a1, *a, **kw):
+            return super().prepare(a1 * 2, *a, **kw)
+
+    class _PlainNoEP(NoEP):
+        pass
+
+    assert NoEP().direct_ok and _PlainNoEP().direct_ok
+    assert not _ScalingNoEP().direct_ok and not LocalBatched(4).direct_ok
+    cfg = mk.config(E=8, k=2, H=32, I=16, dtype="float32")
+    w = mk.weights(cfg, seed=3)
+    assert ModularKernel(_PlainNoEP(), _DirectPassThrough(cfg, w))._direct is not None
+    ex = _DirectPassThrough(cfg, w)
+    m = ModularKernel(_ScalingNoEP(), ex)
+    assert m._direct is None
+    x = mk.x(cfg, 2, seed=4)
+    tw, ti = mk.topk(2, 8, 2, seed=4)
+    assert torch.equal(m(x, tw, ti), x * 2) and ex.direct_calls == 0
+
+
 def test_triton_decode_direct_path_matches_modular_path(mk):
     # the triton backend's decode calls go through ``direct`` (no prepare / workspace /
     # finalize); the same experts through the modular path (apply) agree bitwise, with an

@@ -175,6 +175,15 @@ class PrepareFinalize(ABC):
         """True when finalize can overlap shared experts with its communication."""
         return False
 
+    @property
+    def direct_ok(self) -> bool:
+        """True when prepare and finalize do nothing beyond scaling x by the router weight
+        (apply_router_weight_on_input), quantizing it for the experts (``Experts.input_quant``)
+        and applying the experts' WeightAndReduce: no communication, no format change. Then,
+        where none of those applies, ModularKernel may let the experts serve a call whole
+        (``Experts.direct``) and skip prepare, workspace and finalize."""
+        return False
+
     @abstractmethod
     def prepare(self, a1: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
                 config: MoEConfig, experts: "Experts", expert_map: Optional[torch.Tensor]) -> PrepareResult:

@@ -15,8 +15,9 @@
   (``launcher.pin_launch_state``: device, stream and triton's hook state read once per
   forward, not per kernel launch).
 - Experts may serve a call whole (``direct``, optional: the triton backend's decode path)
-  where prepare and finalize would do nothing (``NoEP``, no input scaling or quantization,
-  a NoOp weight-and-reduce): ~8 us less host time per eager decode forward.
+  where prepare and finalize would do nothing (a prepare/finalize that says
+  ``direct_ok``, no input scaling or quantization, a NoOp weight-and-reduce): ~8 us less
+  host time per eager decode forward.
 """
 from __future__ import annotations
 
@@ -69,10 +70,10 @@ class ModularKernel:
         self._pin, self._unpin = pin_launch_state, unpin_launch_state
         # experts that can serve some calls whole (``Experts.direct``: the triton backend's
         # decode path) skip prepare / workspace / finalize when those would do nothing:
-        # one device, x not scaled or quantized by prepare, output already weighted and reduced
+        # no communication, x not scaled or quantized by prepare, output already weighted
+        # and reduced
         self._direct = getattr(experts, "direct", None)
-        from .prepare_finalize import NoEP
-        if not (type(prepare_finalize) is NoEP and self._alias_out and not self._on_input
+        if not (prepare_finalize.direct_ok and self._alias_out and not self._on_input
                 and not experts.input_quant):
             self._direct = None
 

@@ -29,6 +29,13 @@ class NoEP(PrepareFinalize):
 
     activation_format = ActivationFormat.STANDARD
 
+    @property
+    def direct_ok(self) -> bool:
+        # prepare only scales / quantizes x and finalize only weights and reduces: nothing
+        # to skip beyond that unless a subclass overrides either (then it says for itself)
+        cls = type(self)
+        return cls.prepare is NoEP.prepare and cls.finalize is NoEP.finalize
+
     def prepare(self, a1, topk_weights, topk_ids, config: MoEConfig, experts, expert_map):
         if config.routing.apply_router_weight_on_input:
             a1 = (a1.float() * topk_weights[:, :1]).to(a1.dtype)          # top-1: scale x first
