@@ -281,6 +281,16 @@ class LaunchPlan:
     decode_pairs: int = 0
     share: bool = False
 
+    def __hash__(self) -> int:
+        # the backend keys its workspace specs by plan: gemm1 / gemm2 (read-only mappings, not
+        # hashable themselves) by their items; computed once per plan
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(tuple(sorted(v.items())) if isinstance(v, Mapping) else v
+                           for v in (getattr(self, f.name) for f in fields(self))))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     @property
     def a16(self) -> bool:
         return self.math in ("16bit", "a16")
