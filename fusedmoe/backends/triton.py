@@ -83,19 +83,20 @@ class TritonExperts(Experts):
         return self.plan(T).quantizes_activations
 
     def workspace(self, M, topk):
-        # called per forward (it keys the framework's buffer cache): memoized per plan
-        p = self.plan(M)
-        spec = self._specs.get((M, topk, p))
+        # called per forward (it keys the framework's buffer cache): memoized per shape (the
+        # plan of M tokens is fixed for this module)
+        spec = self._specs.get((M, topk))
         if spec is None:
             if len(self._specs) > 64:
                 self._specs.clear()
             c = self.config
+            p = self.plan(M)
             if p.path == "decode":                            # h and out only
                 spec = WorkspaceSpec({"h": ((M * topk, c.intermediate_size), c.torch_dtype),
                                       "out": ((M, c.hidden_size), c.torch_dtype)})
             else:
                 spec = self._workspace(M, topk, p)
-            self._specs[(M, topk, p)] = spec
+            self._specs[(M, topk)] = spec
         return spec
 
     def _workspace(self, M, topk, p):
