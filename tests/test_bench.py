@@ -424,3 +424,225 @@ def test_warm_up_runs_for_its_wall_time(monkeypatch):
     assert 2 <= n < 200 and len(syncs) >= 3            # batches 1, 2, 4, ... with a sync after each
     assert harness._warm_up(fn, ms=0) == 0
     assert harness.WARM_MS >= 25                        # the window measured was ~22 ms of replays
+
+
+# ------------------------------------------------------------------------------------------- vLLM / SGLang
+# Fake engines in plain torch with the engines' own argument layouts: w1 [E, 2I, H] gate rows first,
+# fp8 scales [E] (per tensor), [E, N, 1] (per channel) or [E, N/bn, K/bk] (block_shape), activations
+# quantized as the flags say. A wiring that passed up rows first, or scales in another layout, fails.
+def _engine_math(hidden_states, w1, w2, topk_weights, topk_ids, activation="silu", use_fp8_w8a8=False,
+                 per_channel_quant=False, w1_scale=None, w2_scale=None, a1_scale=None, a2_scale=None,
+                 block_shape=None, calls=None):
+    if calls is not None:
+        calls.append(dict(activation=activation, use_fp8_w8a8=use_fp8_w8a8, per_channel=per_channel_quant,
+                          block_shape=block_shape, a1_scale=a1_scale, a2_scale=a2_scale))
+
+    def deq(w, s):
+        if not use_fp8_w8a8:
+            return w.float()
+        E, N, K = w.shape
+        if block_shape is not None:
+            bn, bk = block_shape
+            assert tuple(s.shape) == (E, -(-N // bn), -(-K // bk))
+            s = s.repeat_interleave(bn, 1)[:, :N].repeat_interleave(bk, 2)[:, :, :K]
+        elif per_channel_quant:
+            assert tuple(s.shape) == (E, N, 1)
+        else:
+            assert tuple(s.shape) == (E,)
+            s = s[:, None, None]
+        return w.float() * s
+    def q8(x, static):        # the GEMM input's fp8 round trip: per tensor, per token, or 1 x bk groups
+        if not use_fp8_w8a8:
+            return x
+        g = x.reshape(*x.shape[:-1], -1, block_shape[1]) if block_shape else x
+        amax = g.abs().amax(-1, keepdim=True) if block_shape or per_channel_quant else g.abs().amax()
+        sc = static if static is not None else (amax / 448.0).clamp_min(1e-12)
+        return ((g / sc).clamp(-448, 448).to(torch.float8_e4m3fn).float() * sc).reshape(x.shape)
+    W1, W2 = deq(w1, w1_scale), deq(w2, w2_scale)
+    ids = topk_ids.long()
+    h = torch.einsum("tknh,th->tkn", W1[ids], q8(hidden_states.float(), a1_scale))   # [T, k, 2I]
+    g, u = h.chunk(2, dim=-1)                                                        # gate first
+    a = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}[activation](g) * u
+    y = torch.einsum("tkhi,tki->tkh", W2[ids], q8(a, a2_scale))                      # [T, k, H]
+    return (y * topk_weights[..., None]).sum(1).to(hidden_states.dtype)
+
+
+def _install(monkeypatch, modules: dict):
+    import types
+    for name, attrs in modules.items():
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            if parts[0] not in sys.modules or sys.modules.get(".".join(parts[:i])) is None:
+                monkeypatch.setitem(sys.modules, ".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+        mod = types.ModuleType(name)
+        for k, v in attrs.items():
+            setattr(mod, k, v)
+        monkeypatch.setitem(sys.modules, name, mod)
+
+
+def fake_vllm(monkeypatch, api: str, calls: list):
+    """vLLM >= 0.11 ('new': quant_config) or before ('flat': use_fp8_w8a8 and scales as arguments)."""
+    if api == "new":
+        def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False, activation="silu",
+                          apply_router_weight_on_input=False, global_num_experts=-1, expert_map=None,
+                          quant_config=None, allow_deep_gemm=False):
+            assert not inplace
+            return _engine_math(hidden_states, w1, w2, topk_weights, topk_ids, activation, calls=calls,
+                                **(quant_config or {}))
+
+        def fp8_w8a8_moe_quant_config(w1_scale, w2_scale, a1_scale=None, a2_scale=None, w1_bias=None, w2_bias=None,
+                                      per_act_token_quant=False, per_out_ch_quant=False, block_shape=None):
+            assert per_act_token_quant == per_out_ch_quant
+            return dict(use_fp8_w8a8=True, w1_scale=w1_scale, w2_scale=w2_scale, a1_scale=a1_scale,
+                        a2_scale=a2_scale, per_channel_quant=per_out_ch_quant, block_shape=block_shape)
+        _install(monkeypatch, {"vllm.model_executor.layers.fused_moe": {"fused_experts": fused_experts},
+                               "vllm.model_executor.layers.fused_moe.config":
+                                   {"fp8_w8a8_moe_quant_config": fp8_w8a8_moe_quant_config}})
+    else:
+        def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False, activation="silu",
+                          apply_router_weight_on_input=False, use_fp8_w8a8=False, use_int8_w8a8=False,
+                          use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False,
+                          global_num_experts=-1, expert_map=None, w1_scale=None, w2_scale=None, w1_zp=None,
+                          w2_zp=None, a1_scale=None, a2_scale=None, block_shape=None):
+            assert not inplace
+            return _engine_math(hidden_states, w1, w2, topk_weights, topk_ids, activation, use_fp8_w8a8,
+                                per_channel_quant, w1_scale, w2_scale, a1_scale, a2_scale, block_shape, calls)
+        _install(monkeypatch, {"vllm.model_executor.layers.fused_moe": {"fused_experts": fused_experts}})
+
+
+def fake_sglang(monkeypatch, api: str, calls: list):
+    """SGLang >= 0.5 ('new': topk_output + moe_runner_config) or before ('flat', vLLM's arguments)."""
+    from dataclasses import dataclass
+    from typing import NamedTuple, Optional
+
+    class StandardTopKOutput(NamedTuple):
+        topk_weights: torch.Tensor
+        topk_ids: torch.Tensor
+        router_logits: Optional[torch.Tensor]
+
+    @dataclass
+    class MoeRunnerConfig:
+        num_experts: Optional[int] = None
+        num_local_experts: Optional[int] = None
+        activation: str = "silu"
+        is_gated: bool = True
+        inplace: bool = True
+        no_combine: bool = False
+
+    def fused_experts(hidden_states, w1, w2, topk_output, moe_runner_config, b1=None, b2=None, use_fp8_w8a8=False,
+                      use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False,
+                      w1_scale=None, w2_scale=None, w1_zp=None, w2_zp=None, a1_scale=None, a2_scale=None,
+                      block_shape=None):
+        assert not moe_runner_config.inplace and moe_runner_config.num_experts == moe_runner_config.num_local_experts
+        tw, ids, _ = topk_output
+        return _engine_math(hidden_states, w1, w2, tw, ids, moe_runner_config.activation, use_fp8_w8a8,
+                            per_channel_quant, w1_scale, w2_scale, a1_scale, a2_scale, block_shape, calls)
+
+    if api == "new":
+        _install(monkeypatch, {"sglang.srt.layers.moe.fused_moe_triton": {"fused_experts": fused_experts},
+                               "sglang.srt.layers.moe.topk": {"StandardTopKOutput": StandardTopKOutput},
+                               "sglang.srt.layers.moe.moe_runner": {"MoeRunnerConfig": MoeRunnerConfig}})
+    else:
+        fake_vllm(monkeypatch, "flat", calls)
+        flat = sys.modules["vllm.model_executor.layers.fused_moe"].fused_experts
+        _install(monkeypatch, {"sglang.srt.layers.moe.fused_moe_triton": {"fused_experts": flat}})
+
+
+ENGINES = [("vllm", "new"), ("vllm", "flat"), ("sglang", "new"), ("sglang", "flat")]
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    """Install a fake engine; the fakes run on CPU, so the peers may too."""
+    monkeypatch.setattr(peers, "ENGINE_DEVICES", ("cpu", "cuda"))
+
+    def install(name, api):
+        calls = []
+        (fake_vllm if name == "vllm" else fake_sglang)(monkeypatch, api, calls)
+        return calls
+    return install
+
+
+@pytest.mark.parametrize("name,api", ENGINES)
+@pytest.mark.parametrize("scheme,act", [("none", "silu"), ("none", "gelu"), ("fp8_tensor", "silu"),
+                                        ("fp8_channel", "silu"), ("fp8_block", "gelu")])
+def test_engine_peers_get_gate_first_weights_and_their_scale_layouts(engine, name, api, scheme, act):
+    calls = engine(name, api)
+    config = MoEConfig(4, 2, 256, 128, activation=act, dtype="float32")
+    w = harness.make_weights(config, scheme, "cpu", seed=2)
+    impl = peers.build_peers(config, [name])[0]
+    assert scheme in impl.schemes and impl.graph_safe and not impl.ids64
+    fn = impl.build(config, w)
+    s = harness.make_input_sets(config, 5, "cpu", seed=4, min_sets=1, max_sets=1).sets[0]
+    out = fn(*s.args())
+    ref = reference_moe(s.x, w, s.topk_weights, s.topk_ids, config)
+    assert rel_error(out, ref) < 1e-5
+    c = calls[-1]
+    assert c["activation"] == act and c["use_fp8_w8a8"] == (scheme != "none")
+    assert c["per_channel"] == (scheme == "fp8_channel") and c["block_shape"] == ([128, 128] if scheme == "fp8_block" else None)
+    # the same call with the up rows first is far off: the order reaches the engine as given
+    up_first = w.replace(w13=torch.cat(w.w13.chunk(2, dim=1)[::-1], dim=1))
+    assert rel_error(impl.build(config, up_first)(*s.args()), ref) > 0.1
+
+
+def test_engine_peer_passes_static_input_scales(engine):
+    calls = engine("vllm", "new")
+    config = MoEConfig(4, 2, 64, 32, dtype="float32")
+    w = harness.make_weights(config, "fp8_tensor", "cpu", seed=2)
+    a13, a2 = torch.tensor([0.05]), torch.tensor([0.02])
+    peers.build_peers(config, ["vllm"])[0].build(config, w.replace(a13_scale=a13, a2_scale=a2))(
+        *harness.make_input_sets(config, 3, "cpu", min_sets=1, max_sets=1).sets[0].args())
+    assert calls[-1]["a1_scale"] is a13 and calls[-1]["a2_scale"] is a2
+
+
+def test_engine_peers_refuse_what_they_are_not_wired_for(engine, monkeypatch):
+    engine("vllm", "new")
+    for config, scheme, why in [(MoEConfig(4, 2, 64, 32, activation="swigluoai", dtype="float32"), "none", "swigluoai"),
+                                (MoEConfig(4, 2, 64, 32, dtype="float32"), "int4_w4a16:g32", "int4_w4a16")]:
+        with pytest.raises(peers.PeerUnavailable, match=why):
+            peers.build_peers(config, ["vllm"])[0].build(config, harness.make_weights(config, scheme, "cpu"))
+    monkeypatch.setattr(peers, "ENGINE_DEVICES", ("cuda",))
+    c = MoEConfig(4, 2, 64, 32, dtype="float32")
+    with pytest.raises(peers.PeerUnavailable, match="CUDA"):
+        peers.build_peers(c, ["vllm"])[0].build(c, harness.make_weights(c, "none", "cpu"))
+
+
+def test_engine_peer_runs_at_its_fp8_schemes_in_a_bench(engine, monkeypatch):
+    # vllm runs with the 16-bit and the fp8_block weights; torch_loop with the 16-bit ones only; the
+    # fp8_block rows compare with both, the 16-bit rows with the 16-bit peers only
+    engine("vllm", "new")
+    monkeypatch.setattr(harness, "time_impl", lambda fn, sets, **kw: Timing(None, 100.0, "graphs need CUDA"))
+    c = MoEConfig(4, 2, 256, 128, dtype="float32")
+    notes = []
+    spec = harness.BenchSpec(shapes=[("tiny", c, 1)], tokens=[3], schemes=["none", "fp8_block"], backends=["torch_ref"],
+                             peers=["vllm", "torch_loop"], ceilings=CEIL, platform="cpu", device="cpu")
+    rep = harness.run_bench(spec, progress=False, log=notes.append)
+    by = {(r.impl, r.scheme): r for r in rep.results}
+    assert by[("vllm", "none")].status == "ok" and by[("vllm", "fp8_block")].status == "ok"
+    assert ("torch_loop", "fp8_block") not in by and by[("torch_loop", "none")].status == "ok"
+    assert any("peers torch_loop run for 16-bit weights only" in n for n in notes)
+    assert "fp8_block (vs 16-bit and fp8_block peers)" in harness.format_summary(rep)
+    assert rep.summary["points"][0]["best_peer"] in ("vllm", "torch_loop")
+    labels = [lab for (_, lab) in plot._series(rep, "tiny", "us_best")]
+    assert "vllm" in labels and "vllm [fp8_block]" in labels
+
+
+def test_engine_peers_not_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)        # import raises ImportError: not installed
+    monkeypatch.setitem(sys.modules, "sglang", None)
+    names, notes = peers.default_peer_names()
+    assert "vllm" not in names and "sglang" not in names and "torch_loop" in names
+    assert any(n.startswith("peer vllm skipped: vllm is not installed (pip install vllm") for n in notes)
+    c = MoEConfig(4, 2, 32, 16)
+    with pytest.raises(peers.PeerUnavailable, match="vllm is not installed"):
+        peers.build_peers(c, ["vllm"])[0].build(c, harness.make_weights(c, "none", "cpu"))
+    from fusedmoe.errors import ConfigError
+    with pytest.raises(ConfigError, match="pip install sglang"):
+        peers.check_installed(["torch_loop", "sglang"])
+    # 'all' leaves them out with one note each; the run is what it is without them
+    notes = []
+    spec = harness.BenchSpec(shapes=[("tiny", MoEConfig(4, 2, 32, 16, dtype="float32"), 1)], tokens=[2],
+                             backends=["torch_ref"], ceilings=CEIL, platform="cpu", device="cpu", repeat=1)
+    rep = harness.run_bench(spec, progress=False, log=notes.append)
+    assert {r.impl for r in rep.results if r.kind == "peer"}.isdisjoint({"vllm", "sglang"})
+    assert sum(n.startswith("peer ") and "skipped" in n for n in notes) == 2

@@ -190,6 +190,15 @@ def test_user_error_is_one_line_and_status_2(capsys, argv, needle):
     assert err.startswith(f"fusedmoe {argv[0]}: error: ") and needle in err
 
 
+@pytest.mark.parametrize("peer,pkg", [("vllm", "vllm"), ("sglang", "sglang")])
+def test_bench_peer_not_installed_is_one_line(capsys, monkeypatch, peer, pkg):
+    monkeypatch.setitem(sys.modules, pkg, None)          # import raises ImportError: not installed
+    err = run_error(capsys, "bench", "--shape", "4,2,16,8", "--tokens", "1", "--device", "cpu",
+                    "--peers", f"torch_loop,{peer}", "--no-progress")
+    assert err.count("\n") == 1 and f"peers='{peer}'" in err
+    assert f"the {pkg} package, which is not installed" in err and f"pip install {pkg}" in err
+
+
 def test_demo_unknown_backend(capsys, tiny):
     err = run_error(capsys, "demo", "--model", tiny["mixtral"], "--tp", "2", "--backend", "nope", "--device", "cpu")
     assert err.count("\n") == 1 and "backend='nope'" in err

@@ -55,6 +55,7 @@ class Impl:
     ids64: bool = False
     unavailable: Optional[str] = None
     description: str = ""
+    schemes: tuple = ("none",)             # a peer's quant methods: it runs with those weights too
 
 
 @dataclass
@@ -111,11 +112,33 @@ def fusedmoe_impls(config: MoEConfig, scheme: QuantScheme, platform, backends="a
     return out, auto, auto_note
 
 
-def _peer_impls(config, spec: BenchSpec):
+def _peer_names(spec: BenchSpec) -> tuple:
+    """(peer names to run, notes on the peers 'all' leaves out because their package is missing)."""
     from . import peers  # noqa: PLC0415
     if spec.peers in ("none", None, False):
+        return [], []
+    if spec.peers == "all":
+        return peers.default_peer_names()
+    return list(spec.peers), []
+
+
+def _peer_impls(config, names: list, scheme: QuantScheme, say: Callable, where: str) -> list:
+    """The peers that run at ``scheme``: all of them for 16-bit weights, else those that list it."""
+    from . import peers  # noqa: PLC0415
+    if not names:
         return []
-    return peers.build_peers(config, None if spec.peers == "all" else list(spec.peers))
+    impls = peers.build_peers(config, names)
+    run = [p for p in impls if _runs_at(p, scheme)]
+    left = [p.name for p in impls if not _runs_at(p, scheme)]
+    if left:
+        say(f"{where} " + (f"peers {', '.join(left)} run" if run else "peers run")
+            + " for 16-bit weights only; compare with the 'none' rows of this run")
+    return run
+
+
+def _runs_at(impl: Impl, scheme: QuantScheme) -> bool:
+    """fusedmoe's backends run at every scheme; a peer at 'none' and at the schemes it lists."""
+    return impl.kind == "fusedmoe" or scheme.method.value in impl.schemes
 
 
 def _free():
@@ -128,7 +151,8 @@ def run_bench(spec: BenchSpec, *, progress: bool = True, impls_fn: Optional[Call
     """Measure every (shape, scheme, T, implementation) of ``spec``; return the report.
 
     ``impls_fn(config, scheme, platform, weights16) -> (impls, auto_winner)`` replaces the
-    registry + peers discovery (tests use it to run fakes)."""
+    registry + peers discovery (tests use it to run fakes); its peers too run at the schemes
+    they list only."""
     from ..platform import Platform  # noqa: PLC0415
     plat = Platform.resolve(spec.platform)
     device = torch.device(spec.device or ("cuda" if plat.kind == "cuda" and torch.cuda.is_available() else "cpu"))
@@ -139,6 +163,9 @@ def run_bench(spec: BenchSpec, *, progress: bool = True, impls_fn: Optional[Call
     results, shapes = [], []
     bar = Progress(None, "bench", enabled=progress)
     say = log or bar.write
+    peer_names, notes = _peer_names(spec) if impls_fn is None else ([], [])
+    for n in notes:
+        say(n)
     with torch.inference_mode():
         for shape_name, config0, tp in spec.shapes:
             config = config0.replace(routing=Routing())   # the experts stage; routing is generated here
@@ -154,15 +181,12 @@ def run_bench(spec: BenchSpec, *, progress: bool = True, impls_fn: Optional[Call
                     continue
                 if impls_fn is not None:
                     impls, auto = impls_fn(config, scheme, plat, base)
+                    impls = [i for i in impls if _runs_at(i, scheme)]
                 else:
                     impls, auto, note = fusedmoe_impls(config, scheme, plat, spec.backends)
                     if auto is None:
                         say(f"[{shape_name} {scheme.name}] oracle: {note}")
-                    if scheme.method == QuantMethod.NONE:
-                        impls += _peer_impls(config, spec)
-                    elif spec.peers not in ("none", None, False):
-                        say(f"[{shape_name} {scheme.name}] peers run for 16-bit weights only; "
-                            "compare with the 'none' rows of this run")
+                    impls += _peer_impls(config, peer_names, scheme, say, f"[{shape_name} {scheme.name}]")
                 wbytes = total_weight_bytes(weights)
                 per_exp = expert_bytes(config.hidden_size, config.intermediate_size, scheme, config.dtype,
                                        config.is_gated, config.has_bias)
@@ -175,7 +199,7 @@ def run_bench(spec: BenchSpec, *, progress: bool = True, impls_fn: Optional[Call
                     fn, why = None, impl.unavailable
                     if why is None:
                         try:
-                            fn = impl.build(config, weights if impl.kind == "fusedmoe" else base)
+                            fn = impl.build(config, weights)   # at 'none' the 16-bit base itself
                         except Exception as e:  # reported; PeerUnavailable = cannot run here, not a failure
                             msg = str(e).splitlines()[0][:200] if str(e) else ""
                             if type(e).__name__ == "PeerUnavailable":
@@ -242,6 +266,8 @@ def _meta(spec: BenchSpec, plat, device) -> dict:
             "schemes": [QuantScheme.parse(s).name for s in spec.schemes], "graph": spec.graph,
             "repeat": spec.repeat, "seed": spec.seed,
             "routing": "uniform softmax top-k" if spec.skew is None else f"dirichlet(alpha={spec.skew})",
-            "peers_note": "peers run with 16-bit weights only; quantized rows compare with the 16-bit peers",
+            "peers_note": "peers run with 16-bit weights, vllm and sglang also with fp8_tensor / fp8_channel / "
+                          "fp8_block weights; quantized rows compare with the 16-bit peers and the peers of their "
+                          "scheme",
             "time_note": "us_best = min(graph, eager): what a user of the implementation gets; "
                          "eager_speedup compares eager with eager"}

@@ -2,9 +2,10 @@
 
 Legend: T tokens, E experts, k top-k, H hidden, I intermediate, N = 2I (gated) or I.
 Every peer is ``fn(x [T,H], topk_weights fp32 [T,k], topk_ids [T,k]) -> out [T,H]`` over the
-SAME 16-bit weight tensors fusedmoe gets (w13 [E, N, H], w2 [E, H, I]; no copies), is
-checked against ``reference_moe`` before it is timed, and is reported with its reason when it
-cannot run. Peers run for the 16-bit scheme only.
+SAME weight tensors fusedmoe gets (w13 [E, N, H], w2 [E, H, I]; no copies), is checked
+against ``reference_moe`` before it is timed, and is reported with its reason when it cannot
+run. Peers run with the 16-bit weights; those whose ``Impl.schemes`` list a quantized scheme
+(vllm, sglang: fp8) also with that scheme's weights.
 
 - ``torch_loop``: the per-expert Python loop people write (find the expert's tokens, two
   matmuls, activation, weighted ``index_add_``). Host-syncs on every expert: not capturable.
@@ -15,22 +16,43 @@ cannot run. Peers run for the 16-bit scheme only.
   implementations (``experts_implementation``), run on a real transformers experts module
   (``Qwen3MoeExperts``, else ``MixtralExperts``) whose parameters are swapped for our tensors.
   Only gated silu / gelu / gelu_tanh without bias or clamp (what those modules compute).
+- ``vllm`` / ``sglang``: the installed engine's public fused-MoE function,
+  ``vllm.model_executor.layers.fused_moe.fused_experts`` and
+  ``sglang.srt.layers.moe.fused_moe_triton.fused_experts``, on the same tensors (their w1 is our
+  w13 [E, 2I, H], gate rows first; w2 [E, H, I]), given the router's topk_weights / topk_ids.
+  Gated silu / gelu (halves layout) without bias or clamp, on CUDA. They also run with fp8
+  weights: ``fp8_tensor`` (per-expert weight scale [E]; the static input scales when the
+  weights have them, else dynamic per-tensor), ``fp8_channel`` (scales [E, out, 1], dynamic
+  per-token activations), ``fp8_block`` (scales [E, out/bn, K/bk] with block_shape [bn, bk]).
+  Both argument generations are wired: vLLM's flags (``use_fp8_w8a8``, ``per_channel_quant``,
+  scales) or its ``quant_config`` (``fp8_w8a8_moe_quant_config``); SGLang's flat arguments or
+  its ``topk_output`` + ``moe_runner_config``. A peer whose package is not importable is left
+  out of 'all' with a note; asked for by name, the CLI says it is not installed.
 """
 from __future__ import annotations
 
 import importlib.util
+import inspect
+import sys
 from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 
-from ..config import Activation, GateUpLayout, MoEConfig
+from ..config import Activation, GateUpLayout, MoEConfig, QuantMethod
 from ..reference.activations import activation_from_config
 from .harness import Impl
 
-__all__ = ["PEER_NAMES", "build_peers", "PeerUnavailable", "torch_loop", "torch_grouped_mm", "grouped_mm_fn"]
+__all__ = ["PEER_NAMES", "OPTIONAL_PEERS", "build_peers", "default_peer_names", "check_installed",
+           "PeerUnavailable", "torch_loop", "torch_grouped_mm", "grouped_mm_fn"]
 
-PEER_NAMES = ("torch_loop", "torch_grouped_mm", "hf_eager", "hf_batched_mm", "hf_grouped_mm")
+PEER_NAMES = ("torch_loop", "torch_grouped_mm", "hf_eager", "hf_batched_mm", "hf_grouped_mm", "vllm", "sglang")
+
+#: peers that exist only where a package is installed: {peer: (import name, how to install it)}
+OPTIONAL_PEERS = {"vllm": ("vllm", "pip install vllm"), "sglang": ("sglang", "pip install sglang")}
+
+#: the devices vLLM's and SGLang's fused_experts run on (their Triton kernels)
+ENGINE_DEVICES = ("cuda",)
 
 
 class PeerUnavailable(RuntimeError):
@@ -161,9 +183,165 @@ def _build_hf(impl: str):
     return build
 
 
+# ----------------------------------------------------------------------------------------------
+# vLLM and SGLang: the engines' own fused-MoE function, where the package is installed
+# ----------------------------------------------------------------------------------------------
+def package_available(name: str) -> bool:
+    """Whether ``name`` can be imported, without importing it (the engines take seconds to)."""
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _not_installed(peer: str) -> str:
+    pkg, how = OPTIONAL_PEERS[peer]
+    return f"{pkg} is not installed ({how} to compare with it)"
+
+
+def default_peer_names() -> tuple:
+    """(names, notes): the peers 'all' runs (every peer whose package is importable) and one
+    line per peer left out."""
+    names, notes = [], []
+    for n in PEER_NAMES:
+        if n in OPTIONAL_PEERS and not package_available(OPTIONAL_PEERS[n][0]):
+            notes.append(f"peer {n} skipped: {_not_installed(n)}")
+        else:
+            names.append(n)
+    return names, notes
+
+
+def check_installed(names, param: str = "--peers") -> None:
+    """Raise ConfigError for a peer asked for by name whose package is not installed."""
+    from ..errors import ConfigError  # noqa: PLC0415
+    for n in names:
+        if n in OPTIONAL_PEERS and not package_available(OPTIONAL_PEERS[n][0]):
+            pkg, how = OPTIONAL_PEERS[n]
+            raise ConfigError(param, n, default_peer_names()[0], f"{how}, or leave {n} out of {param}",
+                              problem=f"needs the {pkg} package, which is not installed")
+
+
+_ENGINE_ACT = {Activation.SILU: "silu", Activation.GELU: "gelu"}
+_ENGINE_SCHEMES = ("none", "fp8_tensor", "fp8_channel", "fp8_block")
+
+
+def _engine_import(peer: str, modules: tuple, attr: str):
+    """``attr`` of the first of ``modules`` that has it, else PeerUnavailable saying why."""
+    pkg = OPTIONAL_PEERS[peer][0]
+    if not package_available(pkg):
+        raise PeerUnavailable(_not_installed(peer))
+    errors = []
+    for name in modules:
+        try:
+            obj = getattr(importlib.import_module(name), attr, None)
+        except Exception as e:  # installed but not importable here (CUDA libraries, version clash)
+            errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+            continue
+        if obj is not None:
+            return obj
+        errors.append(f"{name} has no {attr}")
+    version = getattr(sys.modules.get(pkg), "__version__", "?")
+    raise PeerUnavailable(f"{pkg} {version}: no usable {attr} ({'; '.join(errors)})")
+
+
+def _accepts(fn) -> Optional[set]:
+    """The keyword names ``fn`` takes (None: any, it has **kwargs or no readable signature)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params}
+
+
+def _kwargs_for(peer: str, fn, optional: dict, required: dict) -> dict:
+    """``required`` (raising PeerUnavailable when ``fn`` lacks one) and the ``optional`` that ``fn`` takes."""
+    names = _accepts(fn)
+    missing = sorted(k for k in required if names is not None and k not in names)
+    if missing:
+        raise PeerUnavailable(f"{peer}'s {getattr(fn, '__name__', fn)} takes no {', '.join(missing)} "
+                              "(another version of its API)")
+    return {**{k: v for k, v in optional.items() if names is None or k in names}, **required}
+
+
+def _engine_quant(peer: str, config: MoEConfig, weights) -> dict:
+    """fusedmoe's layer in the engines' flat arguments: the activation, and for fp8 the flags and
+    scales in their layouts (names of vLLM's fused_experts before 0.11 and of SGLang's)."""
+    if config.activation not in _ENGINE_ACT or config.gate_up_layout != GateUpLayout.HALVES \
+            or config.swiglu_limit is not None or config.has_bias:
+        extra = (" with bias" if config.has_bias else "") + (" with a clamp" if config.swiglu_limit else "")
+        raise PeerUnavailable(f"{peer} is wired for gated silu / gelu without bias or clamp; this shape uses "
+                              f"{config.activation.value}{extra}")
+    if weights.w13.device.type not in ENGINE_DEVICES:
+        raise PeerUnavailable(f"{peer}'s fused_experts runs Triton kernels on CUDA; this run is on "
+                              f"{weights.w13.device.type}")
+    w, m = weights, weights.scheme.method
+    out = {"activation": _ENGINE_ACT[config.activation]}
+    if m == QuantMethod.NONE:
+        return out
+    if m == QuantMethod.FP8_TENSOR:     # scales [E]; static input scales [1] when the weights have them
+        return {**out, "use_fp8_w8a8": True, "w1_scale": w.w13_scale, "w2_scale": w.w2_scale,
+                "a1_scale": w.a13_scale, "a2_scale": w.a2_scale}
+    if m == QuantMethod.FP8_CHANNEL:    # [E, out, 1], as their layers hold them; activations per token
+        return {**out, "use_fp8_w8a8": True, "per_channel_quant": True,
+                "w1_scale": w.w13_scale.unsqueeze(-1), "w2_scale": w.w2_scale.unsqueeze(-1)}
+    if m == QuantMethod.FP8_BLOCK:      # [E, out/bn, K/bk]; activations in 1 x bk groups
+        return {**out, "use_fp8_w8a8": True, "w1_scale": w.w13_scale, "w2_scale": w.w2_scale,
+                "block_shape": list(w.scheme.block_shape)}
+    raise PeerUnavailable(f"{peer} is wired for {', '.join(_ENGINE_SCHEMES)} weights, not {m.value}")
+
+
+def _flat_call(peer: str, fe, q: dict, act: str, weights):
+    """``fe`` called with vLLM's flat argument names (vLLM's fused_experts, SGLang's before 0.5)."""
+    kw = _kwargs_for(peer, fe, {"inplace": False, **({"activation": act} if act == "silu" else {})},
+                     {**q, **({"activation": act} if act != "silu" else {})})   # silu: their default
+    w1, w2 = weights.w13, weights.w2
+    return lambda x, tw, ids: fe(hidden_states=x, w1=w1, w2=w2, topk_weights=tw, topk_ids=ids, **kw)
+
+
+def _build_vllm(config: MoEConfig, weights):
+    fe = _engine_import("vllm", ("vllm.model_executor.layers.fused_moe",
+                                 "vllm.model_executor.layers.fused_moe.fused_moe"), "fused_experts")
+    q = _engine_quant("vllm", config, weights)
+    act = q.pop("activation")
+    if q and "quant_config" in (_accepts(fe) or ()):
+        # vLLM >= 0.11 takes the quantization as one FusedMoEQuantConfig
+        make = _engine_import("vllm", ("vllm.model_executor.layers.fused_moe.config",), "fp8_w8a8_moe_quant_config")
+        per_channel = q.get("per_channel_quant", False)
+        q = {"quant_config": make(**_kwargs_for(
+            "vllm", make, {"a1_scale": q.get("a1_scale"), "a2_scale": q.get("a2_scale"),
+                           "per_act_token_quant": per_channel, "per_out_ch_quant": per_channel,
+                           "block_shape": q.get("block_shape")},
+            {"w1_scale": q["w1_scale"], "w2_scale": q["w2_scale"]}))}
+    return _flat_call("vllm", fe, q, act, weights)
+
+
+def _build_sglang(config: MoEConfig, weights):
+    fe = _engine_import("sglang", ("sglang.srt.layers.moe.fused_moe_triton",), "fused_experts")
+    q = _engine_quant("sglang", config, weights)
+    act = q.pop("activation")
+    if "topk_output" not in (_accepts(fe) or ()):     # SGLang before 0.5
+        return _flat_call("sglang", fe, q, act, weights)
+    # the routing as a StandardTopKOutput, the rest as a MoeRunnerConfig (not in place: x is reused)
+    topk = _engine_import("sglang", ("sglang.srt.layers.moe.topk",), "StandardTopKOutput")
+    runner = _engine_import("sglang", ("sglang.srt.layers.moe.moe_runner", "sglang.srt.layers.moe.moe_runner.base",
+                                       "sglang.srt.layers.moe"), "MoeRunnerConfig")
+    E = weights.num_experts
+    rc = runner(**_kwargs_for("sglang", runner, {"num_experts": E, "num_local_experts": E},
+                              {"activation": act, "inplace": False}))
+    kw = _kwargs_for("sglang", fe, {}, q)
+    w1, w2 = weights.w13, weights.w2
+    return lambda x, tw, ids: fe(hidden_states=x, w1=w1, w2=w2, topk_output=topk(tw, ids, None),
+                                 moe_runner_config=rc, **kw)
+
+
 def build_peers(config: MoEConfig, names=None) -> list:
-    """The peers as ``harness.Impl`` (built lazily by the harness with the 16-bit weights)."""
-    names = list(PEER_NAMES) if names is None else list(names)
+    """The peers as ``harness.Impl`` (built lazily by the harness with the 16-bit weights, or
+    with the run's weights for the schemes an Impl lists). ``names`` None: ``default_peer_names``."""
+    names = default_peer_names()[0] if names is None else list(names)
     makers = {
         "torch_loop": dict(build=_build_torch_loop, graph_safe=False,
                            description="per-expert Python loop: torch.where + 2 matmuls + index_add_"),
@@ -175,6 +353,10 @@ def build_peers(config: MoEConfig, names=None) -> list:
                               description="transformers experts_implementation='batched_mm' (gathered weights + bmm)"),
         "hf_grouped_mm": dict(build=_build_hf("grouped_mm"), graph_safe=True, ids64=True,
                               description="transformers experts_implementation='grouped_mm'"),
+        "vllm": dict(build=_build_vllm, graph_safe=True, schemes=_ENGINE_SCHEMES,
+                     description="vllm.model_executor.layers.fused_moe.fused_experts (Triton)"),
+        "sglang": dict(build=_build_sglang, graph_safe=True, schemes=_ENGINE_SCHEMES,
+                       description="sglang.srt.layers.moe.fused_moe_triton.fused_experts (Triton)"),
     }
     out = []
     for n in names:

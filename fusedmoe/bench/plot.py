@@ -13,7 +13,8 @@ METRICS = {"pct_roofline": "% of roofline", "us_best": "time per call (us)", "tf
 
 
 def _series(report, shape: str, metric: str) -> dict:
-    """{label: [(T, value)]} for the ok rows of one shape; label = impl [scheme] (peers: impl)."""
+    """{label: [(T, value)]} for the ok rows of one shape; label = impl [scheme] (peers: impl, with
+    [scheme] when run with quantized weights)."""
     schemes = {r.scheme for r in report.results if r.shape == shape and r.kind == "fusedmoe"}
     out = {}
     for r in report.results:
@@ -22,7 +23,10 @@ def _series(report, shape: str, metric: str) -> dict:
         v = getattr(r, metric)
         if v is None:
             continue
-        label = r.impl if r.kind == "peer" else "fusedmoe:" + r.impl + (f" [{r.scheme}]" if len(schemes) > 1 else "")
+        if r.kind == "peer":     # a peer run with quantized weights is its own series
+            label = r.impl + ("" if r.scheme == "none" else f" [{r.scheme}]")
+        else:
+            label = "fusedmoe:" + r.impl + (f" [{r.scheme}]" if len(schemes) > 1 else "")
         out.setdefault((r.kind != "fusedmoe", label), []).append((r.T, v))
     return {k: sorted(v) for k, v in sorted(out.items())}
 

@@ -90,22 +90,32 @@ def _json_default(o):
     return str(o)
 
 
+def _compares_with(peer_scheme: str, scheme: str) -> bool:
+    """Whether a peer row run at ``peer_scheme`` is a baseline for rows of ``scheme``: the 16-bit
+    peers are for every scheme, a peer run with quantized weights for its own scheme only."""
+    return peer_scheme in ("none", scheme)
+
+
 def _with_speedups(results: list) -> list:
-    """Fill speedup_vs_best_peer: best 16-bit peer of the same (shape, T) over this row's time."""
-    best_peer, best_peer_eager = {}, {}
+    """Fill speedup_vs_best_peer: the best peer of the same (shape, T) that compares with this
+    row's scheme (``_compares_with``) over this row's time."""
+    best_peer, best_peer_eager = {}, {}      # {(shape, T, peer scheme): µs}
     for r in results:
         if r.kind == "peer" and r.status == "ok":
-            key = (r.shape, r.T)
+            key = (r.shape, r.T, r.scheme)
             if r.us_best and (key not in best_peer or r.us_best < best_peer[key]):
                 best_peer[key] = r.us_best
             if r.us_eager and (key not in best_peer_eager or r.us_eager < best_peer_eager[key]):
                 best_peer_eager[key] = r.us_eager
+
+    def best(table, r):
+        ts = [t for (shape, T, ps), t in table.items() if (shape, T) == (r.shape, r.T) and _compares_with(ps, r.scheme)]
+        return min(ts) if ts else None
     out = []
     for r in results:
-        key = (r.shape, r.T)
-        sp = best_peer[key] / r.us_best if r.status == "ok" and key in best_peer and r.us_best else None
-        se = (best_peer_eager[key] / r.us_eager if r.status == "ok" and key in best_peer_eager and r.us_eager
-              else None)
+        bp, bpe = best(best_peer, r), best(best_peer_eager, r)
+        sp = bp / r.us_best if r.status == "ok" and bp and r.us_best else None
+        se = bpe / r.us_eager if r.status == "ok" and bpe and r.us_eager else None
         out.append(dataclasses.replace(r, speedup_vs_best_peer=sp, eager_speedup_vs_best_peer=se))
     return out
 
@@ -123,7 +133,7 @@ def summarize(results: Sequence[Measurement]) -> dict:
     keys = sorted({(r.shape, r.scheme, r.T) for r in ok if r.kind == "fusedmoe"}, key=lambda k: (k[0], k[1], k[2]))
     for shape, scheme, T in keys:
         fm = [r for r in ok if r.kind == "fusedmoe" and (r.shape, r.scheme, r.T) == (shape, scheme, T)]
-        pe = [r for r in ok if r.kind == "peer" and (r.shape, r.T) == (shape, T)]
+        pe = [r for r in ok if r.kind == "peer" and (r.shape, r.T) == (shape, T) and _compares_with(r.scheme, scheme)]
         bf = min(fm, key=lambda r: r.us_best)
         auto = next((r for r in fm if r.auto_selected), None)
         bp = min(pe, key=lambda r: r.us_best) if pe else None
@@ -216,7 +226,8 @@ def format_summary(report: BenchReport) -> str:
         gm = f"{v['geomean_speedup']:.2f}x" if v["geomean_speedup"] else "-"
         ga = f"{v['geomean_speedup_auto']:.2f}x" if v["geomean_speedup_auto"] else "-"
         mn = f"{v['min_speedup']:.2f}x" if v["min_speedup"] else "-"
-        peers16 = "" if scheme == "none" else " (vs 16-bit peers)"
+        own = scheme != "none" and any(r.kind == "peer" and r.scheme == scheme and r.status == "ok" for r in report.results)
+        peers16 = "" if scheme == "none" else f" (vs 16-bit and {scheme} peers)" if own else " (vs 16-bit peers)"
         lines.append(f"  {scheme}{peers16}: geomean {gm} (auto-selected: {ga}), worst {mn}, "
                      f"fusedmoe >= best peer at {v['wins']}/{v['points']} points")
     for p in s["points"]:

@@ -28,8 +28,8 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", default="all",
                    help="fusedmoe backends: 'all' that can serve (default), 'auto' (the selected one), or names")
     p.add_argument("--peers", default="all",
-                   help="peers: 'all' (default), 'none', or names: torch_loop, torch_grouped_mm, hf_eager, "
-                        "hf_batched_mm, hf_grouped_mm")
+                   help="peers: 'all' (default: every one whose package is installed), 'none', or names: "
+                        "torch_loop, torch_grouped_mm, hf_eager, hf_batched_mm, hf_grouped_mm, vllm, sglang")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--repeat", type=int, default=None,
@@ -105,12 +105,16 @@ def main(args) -> int:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
     if dev == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device", dev, ["cpu", "auto"], "this machine has no CUDA device")
+    peer_names = args.peers if args.peers in ("all", "none") else _csv(args.peers)
+    if isinstance(peer_names, list):     # asked for by name: a missing package is a user error
+        from ..bench.peers import check_installed
+        check_installed(peer_names)
     from ..layer import platform_for
     plat = platform_for(torch.device(dev))
     spec = harness.BenchSpec(
         shapes=[(n, c, tp) for n, c, tp, _ in shapes], tokens=tokens, schemes=_schemes(args, shapes),
         backends=args.backend if args.backend in ("all", "auto") else _csv(args.backend),
-        peers=args.peers if args.peers in ("all", "none") else _csv(args.peers),
+        peers=peer_names,
         graph=not args.no_graph and dev == "cuda", repeat=args.repeat, seed=args.seed, skew=args.skew,
         platform=plat, device=dev)
     json_stdout = args.json == "-"
