@@ -189,7 +189,7 @@ def pdl_ok(platform) -> bool:
     """Programmatic dependent launches: CUDA sm90+ and a Triton with griddepcontrol."""
     if platform.kind != "cuda" or platform.sm < 90:
         return False
-    from .kernels.quantize import HAS_GDC
+    from .kernels.common import HAS_GDC
     return HAS_GDC
 
 

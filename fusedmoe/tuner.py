@@ -32,8 +32,7 @@ log = logging.getLogger("fusedmoe.tuner")
 #: Token counts the tuner measures by default (the bench's sweep: decode to prefill).
 DEFAULT_TUNE_TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
 # Warm-up replays (ms) before each candidate's timing after the first (which gets the harness's
-# WARM_MS): the slow window follows newly quantized weights, not new graphs (docs/BENCHMARKS.md 33rd and
-# 36th sections).
+# WARM_MS): the slow window follows newly quantized weights, not new graphs.
 TUNE_WARM_MS = 5.0
 
 
@@ -132,7 +131,7 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     # block scales: per K group either a second dot tile scaled into the accumulator, or
     # (RESCALE) the accumulator rescaled in place; which is faster depends on the tile
     # (H100 deepseek-v3 tp8 T=16384: GEMM1 64x128 RESCALE 8.7% faster than the shipped 64x64,
-    # RESCALE on that 64x64 21% slower; docs/BENCHMARKS.md, eighth session)
+    # RESCALE on that 64x64 21% slower)
     rescales = (space.get("RESCALE") or [False, True]) if s.method == QuantMethod.FP8_BLOCK else [None]
     out = []
     if stage == "tiles":
@@ -170,16 +169,16 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
                 out.append({**t, "GROUP_SIZE_M": g})
     elif stage == "tma":
         # weight tiles through a TMA descriptor (grouped_gemm's USE_TMA; triton >= 3.4, Hopper+):
-        # 0.4-3.6% on H100 prefill in docs/BENCHMARKS.md's A/B, mixed at T=1024: worth timing
+        # 0.4-3.6% on H100 prefill, mixed at T=1024: worth timing
         # where tiles are tensor-core sized; decode tiles (BM 16) are left alone
         # A gated GEMM1 also tries its gate and up tiles as one dot of width 2 BN (GU_ONE_DOT, needs
         # the descriptor; not with block scales): H100 Mixtral T=16384 18.3 -> 17.6 ms, T=1024 1552
         # -> 1449 us, deepseek-v3 tp8 T=16384 3685 -> 3489; qwen3 fp8_channel T=4096 (64 x 256)
-        # 527 -> 543 (docs/BENCHMARKS.md, twenty-fourth section)
+        # 527 -> 543
         # A 16-bit layer also tries its A operand in sorted order, read by TMA: GEMM1's x copied
         # there first (SORTED_X, on the one-dot tile), GEMM2's h written there by GEMM1 (SORTED_H):
         # H100 Mixtral T=4096 4.9 -> 4.6 ms (both), T=1024 GEMM2 -5%; slower at qwen3 / deepseek
-        # (k = 8: the copy of x is 8 times x) (docs/BENCHMARKS.md, twenty-sixth section)
+        # (k = 8: the copy of x is 8 times x)
         one_dot_ok = gemm == "gemm1" and gated and s.method != QuantMethod.FP8_BLOCK
         sorted_ok = s.method == QuantMethod.NONE and True in sorteds
         if _tma_available():
@@ -197,8 +196,7 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
         # iterations of BK 64 per tile); decode grids are a few waves at most, nothing to gain
         # HALF_TAIL (a tile whose second half is padding runs at half height) beside them, one
         # tile a program only: with PERSISTENT it measured 6-20% slower (H100 Mixtral T=1024 /
-        # 16384), one tile a program 0.2-1.4% faster (Mixtral T=1024 GEMM2; docs/BENCHMARKS.md,
-        # twenty-fifth section)
+        # 16384), one tile a program 0.2-1.4% faster (Mixtral T=1024 GEMM2)
         if m > 64:
             for t in tiles:
                 if not t.get("PERSISTENT"):
@@ -211,14 +209,14 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
         # per-tensor / per-channel / block scales (deepseek-v3 tp8 fp8_block, K = 2 groups:
         # H100 T=16384 3728 -> 3086 us, T=4096 1252 -> 1088).
         # Each program keeps its BM rows of h (all of K) and loops over column tiles, the
-        # weight loads pipelined across them. H100 deepseek-v3 tp8 bf16 T=16384
-        # (docs/BENCHMARKS.md, tenth session): 4400 -> 3917 us with BN 64, 4 stages, all of N in
+        # weight loads pipelined across them. H100 deepseek-v3 tp8 bf16 T=16384:
+        # 4400 -> 3917 us with BN 64, 4 stages, all of N in
         # one program; fewer column tiles a program were slower (x28 4049, x8 4257)
         from .kernels.grouped_gemm import resident_chunks  # noqa: PLC0415
         w8a8 = s.method in (QuantMethod.FP8_TENSOR, QuantMethod.FP8_CHANNEL, QuantMethod.FP8_BLOCK,
                             QuantMethod.INT8_CHANNEL)
         # K <= 256 only: qwen3's K = 768 (3 chunks) was 20-28% SLOWER than the tiled GEMM2 on
-        # the H100 (fp8_channel T=4096 / 16384, eleventh session); the kernel still runs it
+        # the H100 (fp8_channel T=4096 / 16384); the kernel still runs it
         chunks = resident_chunks(k_in, int(a_b), s.block_shape[1] if s.method == QuantMethod.FP8_BLOCK else None)
         if gemm == "gemm2" and (s.method == QuantMethod.NONE or w8a8) and chunks and k_in <= 256 and m > 64:
             kp = chunks[0] * chunks[1]                                      # K as the chunks hold it

@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import gdc_launch_dependents, gdc_wait
+from .common import gdc_launch_dependents, gdc_wait
 
 __all__ = ["AlignResult", "align_block_size", "max_padded_size", "SMALL_MAX", "CHUNK"]
 
@@ -56,8 +56,8 @@ _FILL_B = 1024        # blocks / slots written per step by _write_layout's fill 
 
 
 def _chunk_for(n: int) -> int:
-    """Pairs per chunk of the 3-launch path. H100 (benchmarks/align_ab.py --chunks, CUDA graph,
-    E=128, docs/BENCHMARKS.md sixteenth session): n=32768 chunk 512 12.4 us, 1024 15.7, 256
+    """Pairs per chunk of the 3-launch path. H100 (CUDA graph,
+    E=128): n=32768 chunk 512 12.4 us, 1024 15.7, 256
     13.8; n=131072 1024 19.6 us, 512 20.2, 2048 34.7; n=8192 256 10.5, 512 10.9 (H200: 512
     11.6, 256 13.5)."""
     return 128 if n <= 4096 else (512 if n <= 32768 else 1024)
@@ -265,7 +265,7 @@ def _bins(num_experts: int) -> tuple:
 
 
 SCAN_MAX_PROGRAMS = 64   # cap on the scan's grid (scan_programs=None)
-# at least this many (up to one a chunk): H100 (benchmarks/align_ab.py --sweep, whole align
+# at least this many (up to one a chunk): H100 (whole align
 # call, CUDA graph) qwen3 n=32768 BM 64: P=1 19.2 us, 2 16.5, 8 15.6; n=8192: 12.7 / 11.8 / 10.8;
 # n=131072: P=1 36.6, 8 19.6, 16-32 19.3; deepseek E=256 n=131072: 47.9 / 22.8 (8) / 21.2 (16)
 _SCAN_MIN_PROGRAMS = 8

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from ..config import Activation
-from .quantize import gated_activation, plain_activation
+from .common import gated_activation, plain_activation
 from .launcher import COMPILE_OPTIONS
 
 __all__ = ["batched_gemm1_act", "batched_gemm2", "default_batched_config"]

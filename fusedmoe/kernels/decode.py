@@ -1,5 +1,9 @@
 """Decode kernels: the MoE layer for a handful of (token, slot) pairs in two launches.
 
+One module though long: both GEMMs are built from the same @triton.jit helpers (_rows_dot,
+_accumulate, _epilogue), and the measured launch rules (decode_config, gemm2_tiles) change
+with them.
+
 Legend: T tokens, E experts (local), k top-k, H hidden, I intermediate, n = T*k pairs
 s = t*k + j, N = 2I (gated) or I.
 
@@ -33,8 +37,8 @@ others once at the end. int8 x int8 sums in int32 (exact), 8-bit weights with a 
 activation are upcast (weight-only): on a GPU, by default for one token with per-channel
 scales, loaded as int32 words of four and converted by inline PTX (``W4``, ``w4_mode``).
 Config: dict(BLOCK_N, BLOCK_K, num_warps, PREFETCH[, TILES: GEMM2's N tiles a program]);
-``decode_config`` picks one from the shape (and ``gemm2_tiles`` GEMM2's TILES). Measured on
-the H100 (benchmarks/decode_ab.py): docs/BENCHMARKS.md. GEMM2 may be a programmatic dependent
+``decode_config`` picks one from the shape (and ``gemm2_tiles`` GEMM2's TILES), from H100
+sweeps. GEMM2 may be a programmatic dependent
 launch of GEMM1 (``pdl``): it loads its first weight tile, then waits (griddepcontrol) before
 reading h; the backend launches it so on sm90+ (FUSEDMOE_DECODE_PDL).
 """
@@ -47,9 +51,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
+from .common import (ACTIVATIONS, _abs_bits, _activation, _compute_dtype, _num_sms, _quantize, _scale_args,
+                     _scale_from_amax_bits, gdc_launch_dependents, gdc_wait)
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import HAS_GDC, _abs_bits, _quantize, _scale_from_amax_bits, gdc_launch_dependents, gdc_wait  # noqa: F401
 
 @triton.jit
 def _local_experts(ids_ptr, map_ptr, s, ok, num_global, E, HAS_MAP: tl.constexpr):
@@ -582,7 +586,7 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
 
     ``rows``: weight row groups per program (GEMM1: 2 gated / 1; GEMM2: k rounded up to a
     power of two); ``programs_per_tile``: pairs (GEMM1) or tokens (GEMM2) sharing the N
-    tiling; ``gemm2``: the tile is GEMM2's (rows alone cannot say: k = 2 is 2 rows). From the H100 sweep at T=1 (benchmarks/decode_ab.py, docs/BENCHMARKS.md):
+    tiling; ``gemm2``: the tile is GEMM2's (rows alone cannot say: k = 2 is 2 rows). From the H100 sweep at T=1:
       * a K step moves 16 KB per program (the next step prefetched: 32 KB in flight), with
         BK up to 2 KB of each weight row: qwen3 / deepseek GEMM1 BN 4 x BK 1024 bf16 =
         88-89% of copy bandwidth (BK 512: 85-86%); GEMM2 spreads the 16 KB over its k
@@ -596,8 +600,7 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
       * 8-bit weights (pre-quantized activations, fp8_channel qwen3 / fp8_block deepseek):
         BK at most K / 8 (but >= 128): qwen3 GEMM1 BN 8 x BK 256 11.8 us (71%) where one
         2048-wide step took 17.3; 4 warps for GEMM2 (7.6 vs 9.2 us).
-      * 8-bit, T = 1..3 (benchmarks/decode_t2.py, H100, median of 3, docs/BENCHMARKS.md
-        twenty-ninth section): GEMM2 at BK 128 (the floor was 256): qwen3 fp8 T=2 13.5 ->
+      * 8-bit, T = 1..3 (H100, median of 3): GEMM2 at BK 128 (the floor was 256): qwen3 fp8 T=2 13.5 ->
         11.8 us, T=3 21.2 -> 18.0, int8 T=3 21.0 -> ~18, deepseek fp8_block 10.0 -> 9.8 (T=1),
         16.4 -> 16.1 (T=2). Alone even at qwen3 T=1 (7.9 us), but the layer there lost 1-2 us
         (fp8 18.1 -> 19.5, int8 19.4 -> 21.4: --rule-ab), so at T=1 the floor stays 256 except
@@ -633,8 +636,7 @@ def decode_config(rows: int, programs_per_tile: int, n_out: int, K: int, esize: 
 def gemm2_tiles(tiles: int, num_sms: int, esize: int, ksteps: int = 1) -> int:
     """N tiles a GEMM2 program takes (``TILES``, see _gemm2_tiles) when decode_config chose
     the tile; ``tiles``: T x N tiles in all, ``ksteps``: K steps a tile (cdiv(K, BLOCK_K)).
-    From the H100
-    (benchmarks/decode_ab.py section G, T=1, docs/BENCHMARKS.md twelfth session):
+    From the H100 (T=1):
       * 8-bit weights hold ~130 registers a program (3-4 programs an SM): with one short K
         a tile (deepseek-v3 tp8, I = 256: 1792 tiles of one 8 KB step) nothing overlaps a
         program's load. 4 tiles a program: GEMM2 13.0 -> 9.8 us, the layer (fp8_block, a16)
@@ -644,8 +646,8 @@ def gemm2_tiles(tiles: int, num_sms: int, esize: int, ksteps: int = 1) -> int:
       * 16-bit weights (64-80 registers, more programs resident): 1 is the fastest (deepseek
         bf16 layer 33.1 vs 33.8-35.1 us);
       * a tile of two K steps or more overlaps its own loads: deepseek fp8_block at BK 128
-        (two steps since session 29) BN 8 x TILES 1 9.75 us against BN 4 x BK 256 x TILES 4
-        9.99 (T=1), 16.1 vs 16.4 (T=2), 22.0 vs 22.9 (T=3; benchmarks/decode_t2.py).
+        (two steps) BN 8 x TILES 1 9.75 us against BN 4 x BK 256 x TILES 4
+        9.99 (T=1), 16.1 vs 16.4 (T=2), 22.0 vs 22.9 (T=3).
     """
     nt = 1
     while esize == 1 and ksteps == 1 and nt < 4 and tiles // (2 * nt) >= 3 * num_sms:
@@ -657,8 +659,7 @@ def gemm2_a3(esize: int, slots: int) -> bool:
     """Whether the decode GEMM2 loads its activation rows as [KP, BN, BK] in the weight tile's
     own layout (``A3``, see ``_rows_dot``) by default (never with QA, the in-kernel quantization
     of h; the plan's config says otherwise where it sets ``A3``).
-    ``slots``: KP, the GEMM2's slot rows. From the H100 (T=1, layer graph us,
-    benchmarks/decode_a3_ab.py, docs/BENCHMARKS.md twenty-seventh section):
+    ``slots``: KP, the GEMM2's slot rows. From the H100 (T=1, layer graph us):
       * triton 3.9 without ``gemm2_slots_first``: the [KP, BK] activation tile went through
         shared memory into the weight tile's slice layout every K step; A3 took that away
         (deepseek-v3 tp8 bf16 37.7 -> 34.6, Mixtral 238.1 -> 230.4);
@@ -672,7 +673,7 @@ def gemm2_a3(esize: int, slots: int) -> bool:
 def gemm2_slots_first() -> bool:
     """Whether the decode GEMM2 hints its [KP, BN, BK] weight tile into the layout triton 3.6
     picks by itself (``SLOTS_FIRST``, ``_load_w``) by default: on under triton >= 3.7. Why (H100, T=1, layer graph
-    us, benchmarks/decode_a3_ab.py --sf, docs/BENCHMARKS.md twenty-seventh section): triton 3.9
+    us): triton 3.9
     gives that tile warps [2, 4, 1] / [2, 2, 1] where 3.6 gives [8, 1, 1] / [4, 1, 1], so each
     thread holds four slots' activations (8-bit GEMM2: 151-168 registers against 127-128, a
     program fewer an SM). Hinted, 3.9 compiles 3.6's layout and registers:
@@ -897,10 +898,8 @@ def decode_forward(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_we
                    config2: Optional[dict] = None, pdl: bool = False) -> torch.Tensor:
     """decode_gemm1 -> decode_gemm2 for 16-bit / fp32 weights: out [T, H] in x's dtype.
     ``pdl``: GEMM2 as a programmatic dependent launch of GEMM1 (sm90+, see gemm2_launch).
-    (Session 4 also built both GEMMs as one launch, GEMM2 items polling per-token counters:
-    slower than two launches with PDL on the H100, and in session 12 found to read h before
-    GEMM1 wrote it on tiny grids on the GPU (the CPU-sized tests, first run there whole):
-    removed; commit e6c0681 has it.)"""
+    Two launches, not one whose GEMM2 items poll per-token counters: that was slower than
+    two launches with PDL on the H100, and read h before GEMM1 wrote it on tiny grids."""
     h = decode_gemm1(x, w13, topk_ids, activation, expert_map=expert_map, bias=w13_bias,
                      swiglu_limit=swiglu_limit, alpha=alpha, limit=limit, config=config1, pdl=pdl)
     return decode_gemm2(h, w2, topk_ids, topk_weights, out, expert_map=expert_map, bias=w2_bias,

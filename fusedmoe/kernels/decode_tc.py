@@ -1,12 +1,15 @@
 """Tensor-core decode GEMMs for W8A8: 8-bit weights against 8-bit activations on the MMA units.
 
+One module though long: the two kernels share the ticket / partials protocol (_publish,
+_gather, the share table) with their launchers and scratch sizing, which change together.
+
 Legend as in decode.py (n = T*k pairs, s = t*k + j, ROWS weight rows per program).
 
   tc_gemm1: h [n, I]   = act(xq[s // k] @ w13[e_s]^T * scales + b13[e_s])     grid (I / BN, SPLIT_K, n)
   tc_gemm2: out [T, H] = sum_j w[t, j] * (hq[t*k+j] @ w2[e]^T * scales + b2[e])  grid (H / BN, GROUPS, T)
 
 Why: the CUDA-core decode kernels (decode.py) reach 78-90% of copy bandwidth on 16-bit
-weights but only 54-71% on 8-bit ones (H100, docs/BENCHMARKS.md): per byte an 8-bit weight
+weights but only 54-71% on 8-bit ones (H100): per byte an 8-bit weight
 costs the widening and the FMA a 16-bit one does, twice as many per byte read. Here the
 weights never leave 8 bits: "swap AB", the weight tile [ROWS, BK] is the M x K operand of
 tl.dot (ROWS >= 64 fills a Hopper wgmma) and the pair's activation row the K x 16 operand
@@ -52,10 +55,9 @@ import torch
 import triton
 import triton.language as tl
 
+from .common import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args, gdc_launch_dependents, gdc_wait
 from .decode import _local_experts
-from .grouped_gemm import ACTIVATIONS, _activation, _compute_dtype, _num_sms, _scale_args
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import gdc_launch_dependents, gdc_wait
 
 N_COLS = 16      # the activation operand's width: tl.dot's minimum
 
@@ -567,8 +569,7 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: O
     """Whether the tensor-core decode GEMMs run expert-shared (``SHARE``): one program reads an
     expert's weight tile once for all the pairs routed to it (up to 16, one an MMA column)
     instead of once a pair: from E / 2 pairs on (and two tokens: one token's k slots are k
-    distinct experts). Why (H100, benchmarks/share_ab.py,
-    docs/BENCHMARKS.md thirtieth section): the pair-per-program GEMMs run at the speed of a pure
+    distinct experts). Why (H100): the pair-per-program GEMMs run at the speed of a pure
     read of what they read, and with uniform routing a pair's expert is another pair's too in
     ~8% of pairs at E / 4 pairs, ~20% at E / 2, ~35% at E. SHARE's programs are fewer and each
     reads its table row first: qwen3 fp8 GEMM1 T=4 (E / 4) 35.5 -> 36.7 us, T=8 (E / 2) 65.3 ->
@@ -582,16 +583,14 @@ def tc_share(pairs: int, top_k: int, num_experts: Optional[int], intermediate: O
             and (intermediate is None or intermediate >= SHARE_MIN_I))
 
 
-# Session 31 (H100, each GEMM alone at T = 2, 3, 4: benchmarks/decode_ab.py section T,
-# docs/bench_h100_s31_tc_sweep_t234.txt; qwen3 fp8_channel and int8_channel agree to 0.1 us):
+# H100, each GEMM alone at T = 2, 3, 4 (qwen3 fp8_channel and int8_channel agree to 0.1 us):
 # GEMM1 (K = 2048, one K slice, a program a pair) with 3 stages instead of 4: T=2 20.1 -> 19.3 us,
 # T=3 28.2 -> 27.0, T=4 35.5 -> 35.3; GEMM2 (K = 768) with half the slot groups at T = 3, 4
 # (4 instead of 8): 16.9 -> 15.8, 20.1 -> 19.4. deepseek-v3 tp8 (GEMM1 K = 7168, GEMM2 K = 256)
-# had no single better rule in that sweep (its own rules: session 32 below).
+# had no single better rule in that sweep (its own rules below).
 TC_GEMM1_STAGES_SHORT_K = 3        # GEMM1 stages where K <= 2048, unsplit, not SHARE (old: 4)
 TC_GEMM2_PROGRAMS_LONG_K = 2.5     # GEMM2 slot groups double while programs < this x SMs, K >= 512 (old: 4)
-# Session 32 (layer A/B, benchmarks/decode_t2.py --rule-ab, best of 3 alternating rounds, tc
-# forced; docs/BENCHMARKS.md thirty-second section): deepseek-v3 tp8 fp8_block with GEMM1 6 stages
+# Layer A/B (best of 3 alternating rounds, tc forced): deepseek-v3 tp8 fp8_block with GEMM1 6 stages
 # (K = 7168) and GEMM2 2 stages (K = 256), graph us: H100 T=2 41.20 -> 40.58, T=3 56.30 -> 54.78,
 # T=4 69.31 -> 68.32; H200 33.09 -> 32.00, 45.66 -> 43.12, 53.92 -> 51.19. GEMM1 2 splits at T=3
 # (TC_GEMM1_SPLIT_WAVES_LONG_K 1.5): H100 56.30 -> 55.87, H200 45.66 -> 45.79: not taken.
@@ -603,8 +602,7 @@ TC_GEMM1_STAGES_LONG_K = 6         # GEMM1 stages where K > 2048, not SHARE, pro
 TC_GEMM1_LONG_K_PROGRAMS = 2       # ... the bound: this x SMs programs (tiles x splits)
 TC_GEMM2_STAGES_SHORT_K = 2        # GEMM2 stages where K < 512, not SHARE (old: 4)
 TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this x SMs, K > 2048
-# Session 35 (H100; scripts/sessions/gpu_s35_groups.sh, docs/BENCHMARKS.md thirty-fifth section): where the
-# rule above gives GEMM1 its 6 stages and the weights carry 128-wide block scales (deepseek-v3 tp8
+# H100: where the rule above gives GEMM1 its 6 stages and the weights carry 128-wide block scales (deepseek-v3 tp8
 # fp8_block, K = 7168), a K step of two scale groups (BK 256: two dots, each scaled by its group,
 # SUB_K) with 3 stages buffers the same 60 KB a program in half the steps. GEMM1 alone: T=2 24.07
 # -> 23.95 us, T=3 34.19 -> 33.48, T=4 42.36 -> 41.46; the layer, best of 3 alternating rounds:
@@ -612,13 +610,12 @@ TC_GEMM1_SPLIT_WAVES_LONG_K = 1.0  # GEMM1 splits K while tiles x splits < this 
 # 67.09). The output is bitwise the same (the same products added in the same order).
 TC_GEMM1_BLOCK_GROUPS = 2          # block-scale groups a GEMM1 K step there (1: one, as before)
 TC_GEMM1_STAGES_BLOCK_GROUPS = 3   # ... and its stages
-# H200 (session 36, scripts/sessions/gpu_s35_groups.sh and decode_t2.py --rule-ab, three processes): 32.42-32.48
+# H200 (the layer, three processes): 32.42-32.48
 # -> 31.86-31.88 us (T=2), 43.99-44.03 -> 43.04-43.09 (T=3), 52.42-52.73 -> 51.62-52.04 (T=4); 4 and 5
 # stages lost at T = 3, 4, and GEMM1 split in two (tcds3) lost 2-4%.
 # The same for GEMM2 (deepseek-v3 tp8: K = 256, one step a slot): GEMM2 alone 12-14% slower at
 # T = 2..4 on the H100 (T=3 18.54 -> 21.03 us at its best stages): one group a step.
-# Session 34 (H100, `fusedmoe bench --tokens 2,3,4`, tc forced, two alternating rounds;
-# scripts/sessions/gpu_s34_l2_pre.sh, docs/BENCHMARKS.md thirty-fourth section): GEMM1 hinting L2 with the
+# H100 (`fusedmoe bench --tokens 2,3,4`, tc forced, two alternating rounds): GEMM1 hinting L2 with the
 # first 4 lines of each weight row before its wait for x (L2_PRE) gains in every case and round,
 # graph us: qwen3 fp8_channel T=2 34.7-34.9 -> 34.2-34.3, T=3 46.9-47.0 -> 46.4, T=4 58.5 -> 57.9-58.1;
 # int8_channel 34.7 -> 34.1, 47.1 -> 46.7, 58.3 -> 58.0; deepseek-v3 tp8 fp8_block 41.9-42.1 -> 41.5,
@@ -644,8 +641,7 @@ def tc_config(gemm: str, pairs_or_tokens: int, n_out: int, K: int, top_k: int, g
     TC_GEMM2_STAGES_SHORT_K stages where K < 512; GEMM1 with block scales, where it takes those
     long-K stages, steps TC_GEMM1_BLOCK_GROUPS scale groups at a time with
     TC_GEMM1_STAGES_BLOCK_GROUPS stages where ``block_groups`` (the plan's per-GPU fact); all these at T =
-    2..4 only. H100
-    (benchmarks/decode_ab.py section T, decode_t2.py --rule-ab) and H200 (decode_t2.py).
+    2..4 only (measured on the H100 and the H200).
     ``share`` (None: ``tc_share`` with ``num_experts`` local experts, I = GEMM1's n_out or
     GEMM2's K): expert-shared programs;
     GEMM1 then takes one K slice, and GEMM2 a program a (pair, N tile) with its own k-sum

@@ -1,5 +1,9 @@
 """Grouped (per-expert) GEMMs of the MoE layer, standard activation format.
 
+One module though long: the tiled and A-resident kernels share @triton.jit helpers (_dot) and
+host helpers (_cfg, _tma_ok), gemm2 picks between them, and a config key changes a kernel, its
+launcher and default_config together.
+
 Legend: T tokens, E experts (local), k top-k, H hidden, I intermediate, N = 2I (gated) or I,
 n = T*k (token, slot) pairs flattened as s = t*k + j, S = SPLIT_K.
 
@@ -51,11 +55,11 @@ GEMM1 writes h at the sorted positions (``gemm1_act(out_sorted=True)``, [max_pad
 rows too, finite values never stored by GEMM2) and GEMM2 reads it (``gemm2(h_sorted=True)``).
 SORTED_X: ``gather_sorted`` copies x's rows there first (one launch; padding rows zero) and GEMM1
 reads the copy (``gemm1_act(x_sorted=True)``). HALF_TAIL's half tiles load the sorted A by
-pointer. H100 Mixtral (docs/BENCHMARKS.md, twenty-sixth section): SORTED_H T=1024 / 4096 / 16384
+pointer. H100 Mixtral: SORTED_H T=1024 / 4096 / 16384
 -5 / -4 / -2.6%, SORTED_X T=4096 a further -5.3%; both lose at qwen3 / deepseek-v3 (k = 8: the
 copy of x is 8 times x; h's padding rows) and SORTED_X at Mixtral T=256 / 1024.
 HALF_TAIL (the tiled kernel, BLOCK_SIZE_M >= 32, not with PERSISTENT + FLATTEN): a tile whose second half of rows is all padding runs as a tile of BM / 2 rows (``_tile_or_half``):
-half the MMAs for an expert's last few rows. H100 (docs/BENCHMARKS.md, twenty-fifth section): one
+half the MMAs for an expert's last few rows. H100: one
 tile a program 0.2-1.4% faster (Mixtral T=1024 GEMM2, shipped there); with PERSISTENT 6-20% SLOWER
 (sm_90 compile: 170 -> 255 registers, no spill, the same pipelined loops; the cause is not known),
 so the tuner tries it on one-tile-a-program configs only. GU_ONE_DOT (gated GEMM1 with USE_TMA, no
@@ -75,11 +79,11 @@ k-sum the band of the output being added to stays in L2 (H100 deepseek-v3 tp8 T=
 of 1024 columns: bf16 3956 -> 3626 us with 'atomic_out', where m-major atomics lost; T=4096,
 whose 58 MB output is also past the L2: bf16 1492 -> 1401, fp8_block 939 -> 864).
 BAND_N = b (the tiled kernel, one tile a program or persistent): the same order for its tiles,
-bands of b column tiles (H100, scripts/gpu_tile_ab.py s15band: no gain on qwen3 / Mixtral at
+bands of b column tiles (H100: no gain on qwen3 / Mixtral at
 T=16384, e.g. qwen3 fp8_channel 1713 -> 1806-1810 us; shipped nowhere). MASK_A (the tiled
 kernel; default ``mask_a_rule``): an m-block's padding rows load nothing (zero-filled)
-instead of re-reading row 0, so they cost no L2 bandwidth. H100, Mixtral bf16
-(scripts/gpu_tile_ab.py s15mask): T=256 1077 -> 1028 us (86.8 -> 90.9% of the roofline), T=1024
+instead of re-reading row 0, so they cost no L2 bandwidth. H100, Mixtral bf16:
+T=256 1077 -> 1028 us (86.8 -> 90.9% of the roofline), T=1024
 1790 -> 1686; qwen3 / deepseek tp8 at T=256 / 1024 within +-0.4%.
 
 PERSISTENT = P > 0 launches min(P * SMs, tiles) programs (per K split) instead of one per
@@ -112,54 +116,20 @@ except ImportError:  # pragma: no cover
 
 from .align import AlignResult, align_block_size
 from .launcher import cdiv, launch, next_power_of_2
-from .quantize import (_abs_bits, _bitwise_fp8, _q_arg, _quantize, _scale_from_amax_bits, gdc_launch_dependents,
-                       gdc_wait)
+from .common import (ACTIVATIONS, _abs_bits, _activation, _compute_dtype, _num_sms, _quantize, _scale_args,
+                     _scale_from_amax_bits, gdc_launch_dependents, gdc_wait)
+from .quantize import _bitwise_fp8, _q_arg
 
 __all__ = ["gemm1_act", "gemm2", "moe_reduce", "moe_forward_triton", "default_config",
            "gemm2_workspace_spec", "sorted_h", "sorted_x", "gather_sorted", "ACTIVATIONS", "QUANT_MODES",
            "REDUCE_MODES"]
 
-# activation name -> constexpr id of the epilogue
-ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3,
-               "relu2_no_mul": 4, "silu_no_mul": 5, "gelu_no_mul": 6}
 QUANT_MODES = ("none", "tensor", "channel", "block")
 REDUCE_MODES = ("deterministic", "atomic", "atomic_out")
 _NO_ACT = -1
 
 
 # ----------------------------------------------------------------------------------------
-@triton.jit
-def _gelu_erf(x):
-    return 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-
-
-@triton.jit
-def _activation(g, u, ACT: tl.constexpr, HAS_LIMIT: tl.constexpr, limit, alpha):
-    """Epilogue activation in fp32; ``u`` is ignored for the *_no_mul ids (4..6)."""
-    if ACT == 0:                                      # silu(min(g,L)) * clamp(u, -L, L)
-        if HAS_LIMIT:
-            g = tl.minimum(g, limit)
-            u = tl.minimum(tl.maximum(u, -limit), limit)
-        h = g * tl.sigmoid(g) * u
-    elif ACT == 1:
-        h = _gelu_erf(g) * u
-    elif ACT == 2:                                    # tanh(z) = 2*sigmoid(2z) - 1: no libdevice needed
-        z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-        h = g * tl.sigmoid(2.0 * z) * u               # 0.5*g*(1 + tanh(z)) = g*sigmoid(2z)
-    elif ACT == 3:                                    # swigluoai (gpt-oss), halves layout here
-        g = tl.minimum(g, limit)
-        u = tl.minimum(tl.maximum(u, -limit), limit)
-        h = (u + 1.0) * g * tl.sigmoid(alpha * g)
-    elif ACT == 4:
-        r = tl.maximum(g, 0.0)
-        h = r * r
-    elif ACT == 5:
-        h = g * tl.sigmoid(g)
-    else:
-        h = _gelu_erf(g)
-    return h
-
-
 @triton.jit
 def _dot(a, b, acc, FP32_IEEE: tl.constexpr, INT_ACC: tl.constexpr):
     if FP32_IEEE:   # fp32 operands: exact fp32 products, not TF32's 10-bit mantissa
@@ -620,7 +590,7 @@ def _moe_gemm_kernel(
 ):
     # ZERO: z [z_numel] (GEMM2's atomic k-sum output) is zeroed by this launch, a share stored
     # at the start of each tile (stores need no wait, so they drain under the K loop; after the
-    # tile measured the same, session 21). SPLIT_K must be 1 (GEMM1's is).
+    # tile measured the same). SPLIT_K must be 1 (GEMM1's is).
     if PDL:   # a programmatic dependent launch: every input may come from the kernel before
         gdc_launch_dependents()
         gdc_wait()
@@ -693,7 +663,7 @@ def _res_a(a_ptr, rows, stride_am, stride_ak, K, C: tl.constexpr, KC: tl.constex
     evict_first: a program reads its rows once, and the next read of them (the next column band)
     comes after the whole h has streamed by, while the band of the output that the atomic adds hit
     should stay in L2 (H100 deepseek-v3 tp8 T=16384, the kernel alone: bf16 1686 -> 1627 us,
-    fp8_block 1314 -> 1285; the layer 0.5-1% faster; docs/BENCHMARKS.md, twenty-eighth section)."""
+    fp8_block 1314 -> 1285; the layer 0.5-1% faster)."""
     offs_k = C * KC + tl.arange(0, KC)
     return tl.load(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak,
                    mask=(offs_k < K)[None, :], other=0.0, eviction_policy="evict_first")
@@ -766,7 +736,7 @@ def _moe_gemm2_resident_kernel(
     N_TILES column tiles of group g: per tile NKC weight chunks [BN, KC], NKC dots, the
     epilogue (scales, bias, routing weight) and the y store. Why: with a small K (deepseek-v3
     tp8: I = 256) the one-tile program spends most of its time filling its pipeline and
-    draining its stores (ncu, docs/BENCHMARKS.md ninth session); here the loop's weight loads
+    draining its stores (ncu); here the loop's weight loads
     are software-pipelined across tiles (num_stages), so a tile's loads fly during the
     previous tile's epilogue, and A crosses L2 once per program, not once per tile.
     Operands of one dtype: 16-bit (no scales) or 8-bit with per-tensor (A_SCALE / B_SCALE 1),
@@ -938,51 +908,10 @@ def _cfg(config: dict):
             config.get("SPLIT_K", 1))
 
 
-def _compute_dtype(t: torch.Tensor) -> torch.dtype:
-    """Output dtype for a quantized (fp8/int8) input: bf16; else the input's own dtype."""
-    return t.dtype if t.dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.bfloat16
-
-
-def _scale_args(quant: str, a_scale, b_scale, block_shape, a, b, a_group: Optional[int] = None):
-    """(A_SCALE id, B_SCALE id, GROUP_N, GROUP_K, a_scale ptr, b_scale ptr, 5 strides).
-    ``a_group``: a_scale [M, K/g] holds 1 x g group scales of A with any ``quant`` of B."""
-    if quant == "none" and a_scale is None and b_scale is None:
-        return 0, 0, 1, 1, a, a, 0, 0, 0, 0, 0
-    if quant == "block":
-        gn, gk = block_shape
-        a_mode = 3 if a_scale is not None else 0
-        b_mode = 3 if b_scale is not None else 0
-    else:
-        gn, gk = 1, (a_group or 1)
-        a_mode = 0 if a_scale is None else (3 if a_group else (1 if a_scale.numel() == 1 else 2))
-        b_mode = 0 if b_scale is None else {"tensor": 1, "channel": 2}[quant]
-    sa = a_scale if a_scale is not None else a
-    sb = b_scale if b_scale is not None else a
-    sam = a_scale.stride(0) if a_mode >= 2 else 0
-    sak = a_scale.stride(1) if a_mode == 3 else 0
-    sbe = b_scale.stride(0) if b_mode >= 1 else 0
-    sbn = b_scale.stride(1) if b_mode >= 2 else 0
-    sbk = b_scale.stride(2) if b_mode == 3 else 0
-    return a_mode, b_mode, gn, gk, sa, sb, sam, sak, sbe, sbn, sbk
-
-
 def _tma_ok(b: torch.Tensor) -> bool:
     """A TMA descriptor needs a contiguous K, 16-byte aligned rows and base, and E*N < 2^31."""
     return (b.is_contiguous() and (b.shape[2] * b.element_size()) % 16 == 0 and b.data_ptr() % 16 == 0
             and b.shape[0] * b.shape[1] < 2 ** 31)
-
-
-_NUM_SMS: dict = {}
-
-
-def _num_sms(device: torch.device) -> int:
-    """SMs of ``device``, cached (a launch must not query the driver). Off CUDA (the
-    interpreter) 4, so that small test problems still give each program several tiles."""
-    n = _NUM_SMS.get(device)
-    if n is None:
-        n = _NUM_SMS[device] = (torch.cuda.get_device_properties(device).multi_processor_count
-                                if device.type == "cuda" else 4)
-    return n
 
 
 def _launch(a, b, c, align: AlignResult, *, n_out, a_div, c_div, act, config, bias=None,
@@ -1106,8 +1035,8 @@ MASK_A_MAX_BLOCKS = 4   # mask_a_rule: pairs per local expert up to this many BL
 def mask_a_rule(config: dict, num_pairs: int, num_experts: int, block_m: int) -> bool:
     """Whether the tiled kernel masks its padding rows' A loads (MASK_A): the config's key
     when it has one, else on while the pairs per local expert are at most MASK_A_MAX_BLOCKS
-    blocks, where padding is a large share of each expert's rows. H100 (docs/BENCHMARKS.md,
-    fifteenth section): Mixtral T=256 / 1024 4.6 / 5.4% faster masked; at T=16384 (32 blocks an
+    blocks, where padding is a large share of each expert's rows. H100:
+    Mixtral T=256 / 1024 4.6 / 5.4% faster masked; at T=16384 (32 blocks an
     expert) ~5% slower. With an expert map the pairs routed to other ranks count too, so the
     rule leans towards off there."""
     if "MASK_A" in config:

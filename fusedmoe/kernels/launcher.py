@@ -325,8 +325,7 @@ def pin_launch_state():
     Code that switches streams inside a pinned block (``with torch.cuda.stream(side)``) must
     pin again inside the switch. Otherwise its launches go to the stream pinned first, or,
     if the switch makes the block's first launch, the rest of the block goes to the side
-    stream. Session 16 found this in a fork it tried (docs/BENCHMARKS.md): graph capture
-    failed with "capturing stream has unjoined work"."""
+    stream; graph capture then fails with "capturing stream has unjoined work"."""
     token = _pinned.state
     _pinned.state = _UNREAD
     return token

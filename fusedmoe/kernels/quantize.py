@@ -34,14 +34,9 @@ import triton
 import triton.language as tl
 
 from ..config import Activation
+from .common import (_abs_bits, _quantize, _scale_from_amax_bits, gated_activation, gdc_launch_dependents, gdc_wait,
+                     plain_activation)
 from .launcher import cdiv, launch, next_power_of_2
-
-try:  # grid dependency control (programmatic dependent launch, sm90+)
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-    HAS_GDC = True
-except ImportError:  # pragma: no cover - traced only with PDL on, which needs them
-    HAS_GDC = False
-    gdc_launch_dependents = gdc_wait = None
 
 __all__ = ["FP8_MAX", "INT8_MAX", "quant_fp8_tensor", "quant_fp8_token", "quant_fp8_group",
            "quant_int8_token", "act_and_quant"]
@@ -49,7 +44,6 @@ __all__ = ["FP8_MAX", "INT8_MAX", "quant_fp8_tensor", "quant_fp8_token", "quant_
 FP8_MAX = 448.0
 INT8_MAX = 127.0
 _AMAX_FLOOR = 1e-12
-_RNE_MAGIC = tl.constexpr(12582912.0)   # 1.5 * 2^23: (y + it) - it = y rounded half to even, |y| < 2^22
 _MAX_BLOCK_K = 4096     # elements of one row kept in registers per chunk (16 fp32 / thread at 8 warps)
 _PROG_ELEMS = 2048      # input elements a row-quantization program aims to move (_rows_per_program)
 _MIN_PROGRAMS = 264     # 2 per SM of a 132-SM H100: more rows per program only above this
@@ -58,151 +52,6 @@ _TOKEN_CHUNK_ELEMS = 512  # elements of a chunk tile of per-token rows (``_token
 # RCP, ``reciprocal=``): bitwise the same codes (tests/test_kernels_quantize.py), fewer
 # instructions. H100, IEEE division -> reciprocal: per-token fp8 h [131072, 768] 184 -> 147 us,
 # int8 220 -> 176 us, 1 x 128 groups of x [16384, 7168] 161 -> 137 us; the rest within 4%.
-
-
-# ----------------------------------------------------------------------------- shared device helpers
-@triton.jit
-def _sigmoid(x):
-    # exp(-|x|) never overflows, and e / (1 + e) keeps the relative precision of tiny results
-    e = tl.exp(-tl.abs(x))
-    r = 1.0 / (1.0 + e)
-    return tl.where(x >= 0, r, e * r)
-
-
-@triton.jit
-def _clamp_max(x, hi):
-    # where(), not tl.minimum: minimum may drop a NaN on the GPU, the reference's clamp keeps it
-    return tl.where(x > hi, hi, x)
-
-
-@triton.jit
-def _clamp_sym(x, lim):
-    return tl.where(x > lim, lim, tl.where(x < -lim, -lim, x))
-
-
-@triton.jit
-def gated_activation(g, u, ACTIVATION: tl.constexpr, CLAMP: tl.constexpr, swiglu_limit, alpha, limit):
-    """act(gate, up) in fp32, the math of ``fusedmoe.reference.activations``."""
-    if ACTIVATION == "silu":
-        if CLAMP:
-            g = _clamp_max(g, swiglu_limit)
-            u = _clamp_sym(u, swiglu_limit)
-        out = g * _sigmoid(g) * u
-    elif ACTIVATION == "gelu":
-        out = 0.5 * g * (1.0 + tl.erf(g * 0.7071067811865476)) * u
-    elif ACTIVATION == "gelu_tanh":
-        # 0.5 * g * (1 + tanh(z)) == g * sigmoid(2z): no tanh needed (libdevice is absent
-        # under the interpreter)
-        z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-        out = g * _sigmoid(2.0 * z) * u
-    else:  # swigluoai
-        tl.static_assert(ACTIVATION == "swigluoai")
-        g = _clamp_max(g, limit)
-        u = _clamp_sym(u, limit)
-        out = (u + 1.0) * g * _sigmoid(alpha * g)
-    return out
-
-
-@triton.jit
-def plain_activation(x, ACTIVATION: tl.constexpr):
-    """Non-gated activations (*_no_mul) in fp32; "none" is the identity."""
-    if ACTIVATION == "relu2_no_mul":
-        r = tl.where(x > 0.0, x, 0.0)
-        x = r * r
-    elif ACTIVATION == "silu_no_mul":
-        x = x * _sigmoid(x)
-    elif ACTIVATION == "gelu_no_mul":
-        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-    else:
-        tl.static_assert(ACTIVATION == "none")
-    return x
-
-
-@triton.jit
-def _abs_bits(x):
-    """int32 bits of |x| (fp32): integer order = float order, NaN > Inf > finite."""
-    return x.to(tl.float32).to(tl.int32, bitcast=True) & 0x7FFFFFFF
-
-
-@triton.jit
-def _scale_from_amax_bits(bits, QMAX: tl.constexpr, POW2: tl.constexpr):
-    """fp32 scale = max(amax, 1e-12) / QMAX, NaN if amax is NaN or Inf; optionally 2**ceil(log2)."""
-    amax = bits.to(tl.float32, bitcast=True)
-    amax = tl.where(bits >= 0x7F800000, float("nan"), amax)
-    amax = tl.where(amax < 1e-12, 1e-12, amax)          # NaN < x is False: NaN survives
-    s = tl.math.div_rn(amax, QMAX)
-    if POW2:
-        # exact ceil to a power of two: drop the mantissa, bump the exponent if it was not 0.
-        # s >= 1e-12 / 448 is a normal fp32, so the exponent never underflows.
-        sb = s.to(tl.int32, bitcast=True)
-        e = (sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)
-        s = tl.where(s != s, s, (e << 23).to(tl.float32, bitcast=True))
-    return s
-
-
-@triton.jit
-def _fp8_e4m3_bits(y):
-    """fp32 -> float8_e4m3fn bit pattern (int32 0..255) with integer math: round to nearest
-    even, saturate at +-448, NaN/Inf -> 0x7F | sign. Used under the interpreter, whose
-    float->fp8 cast rounds ties up and loses the carry into the exponent."""
-    bits = y.to(tl.int32, bitcast=True)
-    sign = (bits >> 24) & 0x80
-    a = bits & 0x7FFFFFFF
-    bad = a >= 0x7F800000
-    a = tl.minimum(a, 0x43E00000)                       # 448.0: the largest finite e4m3
-    exp = a >> 23
-    # normal e4m3 (|y| >= 2**-6, fp32 exponent >= 121): keep 3 mantissa bits
-    m_n = a >> 20
-    rem_n = a & 0xFFFFF
-    up_n = (rem_n > 0x80000) | ((rem_n == 0x80000) & ((m_n & 1) == 1))
-    r_n = m_n + up_n.to(tl.int32) - (120 << 3)          # rebias 127 -> 7; a carry bumps the exponent
-    # subnormal e4m3: integer multiple of 2**-9 (shift capped: anything below 2**-11 rounds to 0)
-    sig = (a & 0x7FFFFF) | 0x800000
-    sh = tl.minimum(tl.maximum(141 - exp, 1), 25)
-    m_s = sig >> sh
-    rem_s = sig & ((1 << sh) - 1)
-    half = 1 << (sh - 1)
-    up_s = (rem_s > half) | ((rem_s == half) & ((m_s & 1) == 1))
-    r_s = m_s + up_s.to(tl.int32)
-    r = tl.where(exp >= 121, r_n, r_s)
-    r = tl.where(bad, 0x7F, r)
-    return r | sign
-
-
-@triton.jit
-def _quantize(x, scale, QTYPE: tl.constexpr, BITWISE_FP8: tl.constexpr, RCP: tl.constexpr = False):
-    """x (any float) / scale -> the value to store: fp8 (or its uint8 bits), or int8.
-
-    RCP: the quotient from the correctly rounded reciprocal of the scale (one division per
-    scale, not per element) and one Markstein correction, q = x*r, q += (x - q*s)*r with
-    fused multiply-adds: the correctly rounded x / s (Markstein's theorem; quotients here
-    are at most 448 in magnitude, so nothing overflows), a zero keeping x's sign. Fewer
-    instructions than ``div_rn`` per element, which is what the requantization of h spends
-    its issue slots on (ncu, docs/BENCHMARKS.md ninth session)."""
-    if RCP:
-        xf = x.to(tl.float32)
-        inv = tl.math.div_rn(1.0, scale)
-        q = xf * inv
-        y = tl.math.fma(tl.math.fma(-q, scale, xf), inv, q)
-        y = tl.where(q == 0.0, q, y)                    # -0 stays -0 (x / s would keep it)
-    else:
-        y = tl.math.div_rn(x.to(tl.float32), scale)     # IEEE division, like the reference's x / s
-    if QTYPE == "int8":
-        y = tl.where(y != y, 0.0, _clamp_sym(y, 127.0))
-        # round half to even by the fp32 adder: at 1.5 * 2^23 the spacing of floats is 1, so
-        # y + C rounds y to an integer (nearest, ties to even) and - C is exact (|y| <= 127).
-        # Two adds where floor + a tie fix-up took ~10 instructions; bitwise the same codes
-        # (no fast-math reassociation in triton; numpy's fp32 under the interpreter too)
-        r = (y + _RNE_MAGIC) - _RNE_MAGIC
-        return r.to(tl.int8)
-    else:
-        tl.static_assert(QTYPE == "fp8")
-        if BITWISE_FP8:
-            return _fp8_e4m3_bits(y).to(tl.uint8)
-        else:
-            y = tl.where(tl.abs(y) == float("inf"), float("nan"), y)
-            y = tl.where(y != y, y, _clamp_sym(y, 448.0))
-            return y.to(tl.float8e4nv)                  # cvt.rn: round to nearest even
 
 
 @triton.jit
@@ -419,7 +268,7 @@ def _rows_per_program(T: int, tile: int, elem_size: int, chunks: int = 1, groups
     GPP * g, ``groups``) per row and program, ``chunks`` programs per row (``elem_size``
     kept for the callers; the rule counts elements).
 
-    Measured on the H100 (benchmarks/quant_rows_ab.py, docs/BENCHMARKS.md), bf16 input, us
+    Measured on the H100, bf16 input, us
     at ROWS 1 / 2 / 4 / 8: per-token h [131072, 768] (tile 1024) 183 / 202 / 228 / 259 and x
     [16384, 2048] (tile 2048) 43.0 / 40.3 / 46.3 / 59.2; 1 x 128 groups h [131072, 256]
     (tile 256) 90.2 / 56.8 / 43.4 / 39.2 and x [16384, 7168] (tile 2048) 160 / 174 / 184 /
@@ -437,8 +286,7 @@ def _token_chunk(K: int) -> int:
     largest power-of-two divisor, so no lane of the tile is masked off: the one tile of
     K = 768 is 1024 wide, a quarter of its lanes idle, in a kernel that is issue-bound.
 
-    H100, h [131072, 768] bf16 (benchmarks/quant_rows_ab.py --chunks, docs/BENCHMARKS.md,
-    tenth session), us with one 1024 tile a row vs chunks of 256, 2 rows a program, 1 warp
+    H100, h [131072, 768] bf16, us with one 1024 tile a row vs chunks of 256, 2 rows a program, 1 warp
     (the best of rows 1-8 x warps 1-4): fp8 147 -> 110, int8 176 -> 123. Only K = 768 is
     measured; other such K take the same elements per program (_TOKEN_CHUNK_ELEMS)."""
     if K & (K - 1) == 0 or K % 256 or K > _MAX_BLOCK_K:
@@ -454,7 +302,7 @@ def _check_rows(rows: int, name: str = "rows_per_program") -> int:
 
 def _launch_rows(x, q, scale, mode, qtype, counts, amax_bits=None, pdl=False, rows=None, num_warps=None,
                  reciprocal=None, block_k=None, zero=None):
-    # (rows / num_warps / block_k given: benchmarks/quant_rows_ab.py's sweeps; None: the rules)
+    # (rows / num_warps / block_k given: a sweep's point; None: the rules)
     spec = _rows_spec(x, q, scale, mode, qtype, counts, amax_bits, pdl, rows, num_warps, reciprocal, block_k, zero)
     if spec is not None:
         launch(*spec)
