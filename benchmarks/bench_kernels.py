@@ -58,7 +58,7 @@ def _align(dev):
 
 def _gemm(dev):
     from fusedmoe.kernels.grouped_gemm import moe_forward_triton
-    from fusedmoe.reference.kernels import moe_ref
+    from fusedmoe.reference.moe import moe_ref
     g = torch.Generator().manual_seed(2)
     E, H, I, T, k = 128, 2048, 768, 1024, 8
     x = torch.randn(T, H, generator=g).to(dev, torch.bfloat16)
@@ -73,7 +73,7 @@ def _gemm(dev):
 
 def _decode(dev):
     from fusedmoe.kernels.decode import decode_forward
-    from fusedmoe.reference.kernels import moe_ref
+    from fusedmoe.reference.moe import moe_ref
     g = torch.Generator().manual_seed(5)
     E, H, I, T, k = 128, 2048, 768, 1, 8                                     # qwen3-30b-a3b decode
     x = torch.randn(T, H, generator=g).to(dev, torch.bfloat16)

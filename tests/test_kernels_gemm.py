@@ -23,8 +23,8 @@ from fusedmoe.kernels import grouped_gemm as gg  # noqa: E402
 from fusedmoe.kernels.align import align_block_size, max_padded_size  # noqa: E402
 from fusedmoe.kernels.grouped_gemm import (ACTIVATIONS, default_config, gemm1_act, gemm2,  # noqa: E402
                                            moe_forward_triton)
-from fusedmoe.reference.kernels import (align_ref, gemm1_act_ref, gemm2_ref, moe_naive_loop,  # noqa: E402
-                                        moe_ref)
+from fusedmoe.reference.kernels import align_ref, gemm1_act_ref, gemm2_ref  # noqa: E402
+from fusedmoe.reference.moe import moe_ref  # noqa: E402
 
 DEV = "cuda" if _CUDA else "cpu"
 if not _CUDA and type(align_mod._align_small_kernel).__name__ != "InterpretedFunction":
@@ -201,7 +201,7 @@ def test_moe_forward_fp16(T, reduce):
     ref = moe_ref(x, w13, w2, tw, ids, "silu", round_h_to=torch.float16)
     assert out.shape == (T, H) and out.dtype == torch.float16
     assert _rel(out, ref) < TOL[torch.float16]
-    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu")) < 2 * TOL[torch.float16]
+    assert _rel(out, moe_ref(x, w13, w2, tw, ids, "silu")) < 2 * TOL[torch.float16]
 
 
 @pytest.mark.parametrize("reduce,split", [("deterministic", 1), ("deterministic", 3), ("atomic", 2)])
@@ -213,7 +213,7 @@ def test_moe_forward_fp32_bias_split_k(reduce, split):
     cfg2 = dict(SMALL, BLOCK_SIZE_K=16, SPLIT_K=split)
     out = moe_forward_triton(x, w13, w2, tw, ids, "swigluoai", config1=SMALL, config2=cfg2, reduce=reduce,
                              w13_bias=b13, w2_bias=b2, limit=0.5)
-    ref = moe_naive_loop(x, w13, w2, tw, ids, "swigluoai", w13_bias=b13, w2_bias=b2, limit=0.5)
+    ref = moe_ref(x, w13, w2, tw, ids, "swigluoai", w13_bias=b13, w2_bias=b2, limit=0.5)
     assert _rel(out, ref) < 1e-5
 
 
@@ -233,7 +233,7 @@ def test_moe_expert_map_zero_rows(reduce):
     h = gemm1_act(x, w13, res, k, "silu", bias=b13, config=SMALL)
     ws = torch.full(ws_shape, float("nan"), device=DEV) if ws_shape else None
     gemm2(h, w2, res, tw, out, bias=b2, config=cfg2, reduce=reduce, workspace=ws)
-    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
+    ref = moe_ref(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
     assert torch.isfinite(out).all()
     assert (out[:3] == 0).all()                                               # every slot dropped -> 0
     assert _rel(out, ref) < 1e-5
@@ -247,7 +247,7 @@ def test_moe_one_expert_takes_all_and_empty_experts():
     x = _x(33, H, torch.float32)
     tw, ids = _routing(33, E, 1, skew=2)                                      # k=1, all on expert 2
     out = moe_forward_triton(x, w13, w2, tw, ids, "gelu_tanh", config1=SMALL, config2=SMALL)
-    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "gelu_tanh")) < 1e-5
+    assert _rel(out, moe_ref(x, w13, w2, tw, ids, "gelu_tanh")) < 1e-5
 
 
 @pytest.mark.parametrize("H_,extra", [(64, {}), (72, {}), (64, dict(USE_TMA=True, PERSISTENT=1))])
@@ -264,7 +264,7 @@ def test_moe_mask_a_padding_rows_load_nothing(H_, extra):
     outs = [moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=dict(c, MASK_A=m), config2=dict(c, MASK_A=m),
                                reduce="deterministic") for m in (False, True)]
     assert torch.equal(outs[0], outs[1])
-    assert _rel(outs[1], moe_naive_loop(x, w13, w2, tw, ids, "silu")) < TOL[torch.float32]
+    assert _rel(outs[1], moe_ref(x, w13, w2, tw, ids, "silu")) < TOL[torch.float32]
 
 
 def test_mask_a_rule():
@@ -287,7 +287,7 @@ def test_moe_gemm_block_m_divides_align_block_m():
     assert (counts <= 16).any() and (counts > 16).any()
     c1 = dict(SMALL, BLOCK_SIZE_M=32)
     out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=SMALL)
-    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu")) < 1e-5
+    assert _rel(out, moe_ref(x, w13, w2, tw, ids, "silu")) < 1e-5
 
 
 @pytest.mark.parametrize("persistent", [0, 1])
@@ -303,7 +303,7 @@ def test_moe_gemm1_block_m_under_gemm2s(persistent):
     c2 = dict(SMALL, BLOCK_SIZE_M=32)
     out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=c2, expert_map=emap,
                              w13_bias=b13, w2_bias=b2)
-    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
+    ref = moe_ref(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
     assert _rel(out, ref) < 1e-5
 
 
@@ -315,7 +315,7 @@ def test_moe_tma_weight_descriptors(H_, I_):
     cfg = dict(SMALL, USE_TMA=True)
     out = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=cfg, config2=dict(cfg, SPLIT_K=2),
                              w13_bias=b13, w2_bias=b2)
-    assert _rel(out, moe_naive_loop(x, w13, w2, tw, ids, "silu", w13_bias=b13, w2_bias=b2)) < 1e-5
+    assert _rel(out, moe_ref(x, w13, w2, tw, ids, "silu", w13_bias=b13, w2_bias=b2)) < 1e-5
 
 
 @pytest.mark.parametrize("act", ["silu", "gelu", "swigluoai"])
@@ -335,7 +335,7 @@ def test_gemm1_gate_up_one_dot(act, H_, I_, extra):
     outs = [moe_forward_triton(x, w13, w2, tw, ids, act, config1=dict(cfg, GU_ONE_DOT=one), config2=SMALL,
                                expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=limit, reduce="deterministic")
             for one in (False, True)]
-    ref = moe_naive_loop(x, w13, w2, tw, ids, act, expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=limit)
+    ref = moe_ref(x, w13, w2, tw, ids, act, expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=limit)
     assert _rel(outs[1], ref) < 1e-5
     assert _rel(outs[1], outs[0]) < 1e-6      # the same sums, in one dot instead of two
 
@@ -387,7 +387,7 @@ def test_half_tail(counts, mode):
         cfgs[tuned] = dict(cfgs[tuned], HALF_TAIL=half)
         outs.append(moe_forward_triton(x, w13, w2, tw, ids, "silu", **cfgs, expert_map=emap, w13_bias=b13,
                                        w2_bias=b2, swiglu_limit=0.5, reduce=reduce))
-    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
+    ref = moe_ref(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
     assert ref.abs().max() > 0
     assert _rel(outs[1], ref) < 1e-5
     assert _rel(outs[1], outs[0]) < 1e-6      # the same rows' sums, in a tile of half the height
@@ -443,7 +443,7 @@ def test_sorted_h(counts, mode, dtype):
             for hh, srt in ((h, False), (hs, True))]
     fwd = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=c1, config2=dict(c2, SORTED_H=True),
                              expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5, reduce=reduce)
-    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
+    ref = moe_ref(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
     assert ref.abs().max() > 0
     # the same sums of the same rows (atomic adds in another order may round an fp16 output
     # the other way: a few ulps)
@@ -491,7 +491,7 @@ def test_sorted_x(counts, mode, dtype):
     fwd = moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=dict(c1, SORTED_X=True),
                              config2=dict(SMALL, BLOCK_SIZE_M=32, USE_TMA=True, SORTED_H=True),
                              expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
-    ref = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
+    ref = moe_ref(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2, swiglu_limit=0.5)
     assert ref.abs().max() > 0
     assert _rel(fwd, ref) < TOL[dtype]
 
@@ -554,7 +554,7 @@ def test_gemm2_a_resident(dtype, I_, n_tiles, tma, max_kc, monkeypatch):
     out = gemm2(h, w2, res, tw, bias=b2, config=cfg2)
     ref = gemm2(h, w2, res, tw, bias=b2, config=SMALL)                        # the tiled kernel
     assert _rel(out, ref) < TOL[dtype]
-    full = moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
+    full = moe_ref(x, w13, w2, tw, ids, "silu", expert_map=emap, w13_bias=b13, w2_bias=b2)
     assert _rel(out, full) < (1e-5 if dtype == torch.float32 else 2 * TOL[dtype])
     for reduce in ("atomic", "atomic_out"):           # the k-sum as atomic adds into [T, H]
         at = gemm2(h, w2, res, tw, torch.full_like(out, float("nan")), bias=b2, config=cfg2, reduce=reduce)

@@ -23,7 +23,8 @@ from fusedmoe import tuner as tuning  # noqa: E402
 from fusedmoe.errors import ConfigError  # noqa: E402
 from fusedmoe.kernels import grouped_gemm as gg  # noqa: E402
 from fusedmoe.kernels.align import align_block_size  # noqa: E402
-from fusedmoe.reference.kernels import gemm1_act_ref, gemm2_ref, moe_naive_loop  # noqa: E402
+from fusedmoe.reference.kernels import gemm1_act_ref, gemm2_ref  # noqa: E402
+from fusedmoe.reference.moe import moe_ref  # noqa: E402
 
 DEV = "cuda" if _CUDA else "cpu"
 if not _CUDA and type(gg._moe_gemm_kernel).__name__ != "InterpretedFunction":
@@ -161,7 +162,7 @@ def test_moe_forward_persistent_expert_map(use_tma):
     w2 = _rand(4, H, I, seed=10, dtype=torch.float32, scale=I ** -0.5)
     cfg = dict(CFG, USE_TMA=use_tma)
     base = gg.moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=cfg, config2=cfg, expert_map=emap)
-    assert _rel(base, moe_naive_loop(x, w13, w2, tw, ids, "silu", expert_map=emap)) < 1e-5
+    assert _rel(base, moe_ref(x, w13, w2, tw, ids, "silu", expert_map=emap)) < 1e-5
     for p, fl in _variants():
         pc = dict(cfg, PERSISTENT=p, FLATTEN=fl)
         out = gg.moe_forward_triton(x, w13, w2, tw, ids, "silu", config1=pc, config2=pc, expert_map=emap)

@@ -16,7 +16,7 @@ import torch
 
 from fusedmoe.config import MoEConfig, ParallelConfig, QuantScheme, Routing
 from fusedmoe.quantize import dequantize_experts
-from fusedmoe.reference.moe import dequantized_weights, reference_moe
+from fusedmoe.reference.moe import dequantized_weights, moe_ref, reference_moe
 from fusedmoe.reference.quant import fake_quant_activation
 from fusedmoe.tolerances import rel_error, tolerance
 
@@ -52,6 +52,8 @@ def act_inline(a: torch.Tensor, cfg: MoEConfig) -> torch.Tensor:
     raise AssertionError(name)
 
 
+# Independent on purpose: the point of this file is to check the reference itself, so this
+# loop shares no code with fusedmoe.reference (every other test computes through it).
 def naive_moe(x, w13, w2, tw, ti, cfg: MoEConfig, b13=None, b2=None, fq=None, dtype=torch.float64):
     """out [T, H] in ``dtype``. w13 [E_loc, N, H], w2 [E_loc, H, I] (dequantized, local experts).
 
@@ -235,6 +237,21 @@ def test_expert_map_non_local_slots_contribute_nothing(mk, placement):
     assert torch.equal(reference_moe(x, w, tw, ti, cfg, expert_map=cfg.expert_map()), ref)
 
 
+def test_non_finite_router_weight_of_a_non_local_slot_is_never_read(mk):
+    # a slot whose expert is not local contributes nothing, whatever its router weight
+    par = ParallelConfig(ep_size=2, ep_rank=0)
+    cfg = mk.config(E=8, k=2, H=32, I=16, dtype="float32", parallel=par)
+    w = mk.weights(cfg, seed=64)
+    x = mk.x(cfg, 4, seed=65)
+    tw, ti = mk.topk(4, 8, 2, seed=66)
+    ti[0] = torch.tensor([6, 1], dtype=torch.int32)       # expert 6 lives on rank 1
+    tw[0, 0] = float("nan")
+    ref = reference_moe(x, w, tw, ti, cfg)
+    assert torch.isfinite(ref).all()
+    only_local = reference_moe(x[:1], w, tw[:1, 1:], ti[:1, 1:], cfg.replace(top_k=1))
+    assert torch.equal(ref[:1], only_local)
+
+
 def test_apply_router_weight_on_input(mk):
     # top-1 (Llama-4): x * w goes through the expert; the output is NOT weighted again
     cfg = mk.config(E=4, k=1, H=32, I=16, dtype="float32",
@@ -335,3 +352,40 @@ def test_quantize_activations_false_is_the_dequantized_weights_in_full_precision
                       scheme=QuantScheme())
     assert rel_error(a16, reference_moe(x, dense, tw, ti, cfg)) <= TOL32
     assert rel_error(a16, reference_moe(x, w, tw, ti, cfg)) > 1e-3
+
+
+# ------------------------------------------------------------------------------ moe_ref
+MOE_REF_ACTS = [("silu", {}), ("silu", {"swiglu_limit": 0.6}), ("gelu_tanh", {}),
+                ("swigluoai", {"swigluoai_limit": 0.6, "swigluoai_alpha": 1.2}), ("relu2_no_mul", {})]
+
+
+@pytest.mark.parametrize("act,kw", MOE_REF_ACTS, ids=[a + ("+" + "+".join(kw) if kw else "") for a, kw in MOE_REF_ACTS])
+@pytest.mark.parametrize("ep", [False, True])
+def test_moe_ref_matches_naive(mk, act, kw, ep):
+    # moe_ref is the kernel tests' entry to the same reference, over raw weight tensors in the
+    # kernels' conventions: gate / up halves for every gated activation (swigluoai too, whose
+    # checkpoints interleave), ids out of range or not local dropped
+    par = {"parallel": ParallelConfig(ep_size=2, ep_rank=1)} if ep else {}
+    cfg = mk.config(E=6, k=2, H=40, I=24, activation=act, dtype="float32", **kw, **par)
+    w = mk.weights(cfg, seed=71)
+    x = mk.x(cfg, 13, seed=72)
+    tw, ti = mk.topk(13, 6, 2, seed=73)
+    ti[0, 1] = 6                                          # out of range: dropped by moe_ref
+    w13, b13 = w.w13, w.w13_bias
+    if act == "swigluoai":                                # interleaved rows -> halves
+        w13 = torch.cat([w13[:, 0::2], w13[:, 1::2]], dim=1)
+        b13 = None if b13 is None else torch.cat([b13[:, 0::2], b13[:, 1::2]], dim=1)
+    ref = moe_ref(x, w13, w.w2, tw, ti, act, expert_map=cfg.expert_map(), w13_bias=b13, w2_bias=w.w2_bias,
+                  swiglu_limit=cfg.swiglu_limit, alpha=cfg.swigluoai_alpha, limit=cfg.swigluoai_limit)
+    assert ref.dtype == torch.float32
+    assert rel_error(ref, naive_for(w, x, tw, ti, cfg)) <= TOL32
+
+
+def test_moe_ref_round_h_to_rounds_the_intermediate(mk):
+    cfg = mk.config(E=4, k=2, H=32, I=16, dtype="float32")
+    w = mk.weights(cfg, seed=74)
+    x = mk.x(cfg, 9, seed=75)
+    tw, ti = mk.topk(9, 4, 2, seed=76)
+    plain = moe_ref(x, w.w13, w.w2, tw, ti)
+    assert torch.equal(moe_ref(x, w.w13, w.w2, tw, ti, round_h_to=torch.float32), plain)
+    assert 1e-5 < rel_error(moe_ref(x, w.w13, w.w2, tw, ti, round_h_to=torch.bfloat16), plain) < 1e-2

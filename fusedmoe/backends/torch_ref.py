@@ -2,13 +2,15 @@
 both formats). The conformance baseline; slow (a Python loop over experts, host syncs)."""
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from ..config import MoEConfig
 from ..modular.interfaces import (ActivationFormat, BatchedWeightAndReduce, Experts, NoOpWeightAndReduce,
                                   WorkspaceSpec)
 from ..reference.activations import activation_from_config
-from ..reference.moe import dequantized_weights, reference_moe
+from ..reference.moe import dequantized_weights, moe_pipeline, reference_moe
 from ..reference.quant import fake_quant_activation
 from .registry import ALL_QUANT, BackendSpec, register
 
@@ -38,7 +40,8 @@ class TorchRefExperts(Experts):
 
 
 class TorchRefBatchedExperts(Experts):
-    """Batched format: per local expert, its first counts[e] rows; output unweighted."""
+    """Batched format: per local expert, its first counts[e] rows (the reference pipeline over
+    the valid rows, each a one-slot token of its row's expert); output unweighted."""
 
     activation_format = ActivationFormat.BATCHED
 
@@ -54,31 +57,21 @@ class TorchRefBatchedExperts(Experts):
         return BatchedWeightAndReduce()
 
     def apply(self, prep, ws, expert_map):
-        w13, w2 = self._deq
-        scheme = self.weights.scheme
+        c, w = self.config, self.weights
         x = prep.a1q                                                       # [E_loc, Tm, H]
-        counts = prep.expert_tokens_meta.expert_num_tokens.tolist()
+        E_loc, Tm, _ = x.shape
+        counts = prep.expert_tokens_meta.expert_num_tokens                 # [E_loc]
+        valid = torch.arange(Tm, device=x.device)[None, :] < counts[:, None].long()   # [E_loc, Tm]
+        # each valid row is a token with one slot (k = 1), whose expert is its row's; the
+        # output stays unweighted (finalize weights it)
+        row_expert = torch.arange(E_loc, device=x.device)[:, None].expand(E_loc, Tm)[valid]
+        xq = fake_quant_activation(x[valid].float(), w.scheme, static_scale=w.a13_scale)   # [n, H]
+        fq2 = partial(fake_quant_activation, scheme=w.scheme, static_scale=w.a2_scale)
+        y = moe_pipeline(xq, *self._deq, row_expert, 1, partial(activation_from_config, cfg=c),
+                         b13=w.w13_bias, b2=w.w2_bias, fq2=fq2)            # [n, H]
         out = ws["out"]
         out.zero_()
-        xs = [x[e, :n].float() for e, n in enumerate(counts)]
-        allx = torch.cat(xs) if xs else x.new_zeros(0, x.shape[-1]).float()
-        fq = fake_quant_activation(allx, scheme, static_scale=self.weights.a13_scale).split(counts)
-        hs = []
-        for e, n in enumerate(counts):
-            g = fq[e] @ w13[e].T                                           # [n, N]
-            if self.weights.w13_bias is not None:
-                g = g + self.weights.w13_bias[e].float()
-            hs.append(activation_from_config(g, self.config))              # [n, I]
-        allh = torch.cat(hs)
-        hq = fake_quant_activation(allh, scheme, static_scale=self.weights.a2_scale).split(counts) \
-            if allh.numel() else [h for h in hs]
-        for e, n in enumerate(counts):
-            if n == 0:
-                continue
-            y = hq[e] @ w2[e].T
-            if self.weights.w2_bias is not None:
-                y = y + self.weights.w2_bias[e].float()
-            out[e, :n] = y.to(out.dtype)
+        out[valid] = y.to(out.dtype)
         return out
 
 

@@ -6,31 +6,22 @@ I intermediate, N = 2I (gated) or I, n = T*k pairs flattened as s = t*k + j.
 - ``align_ref``: the exact (deterministic) output of ``align_block_size``.
 - ``gemm1_act_ref``: h [n, I] = act(x[t] @ w13[e]^T + b13[e]) per pair; dropped rows zero.
 - ``gemm2_ref``: out [T, H] = sum_j w[t, j] * (h[s] @ w2[e]^T + b2[e]) over kept pairs.
-- ``moe_ref``: the two chained; ``moe_naive_loop``: the same, one (token, slot) at a time.
 - ``dequant``: what the quantized operands of both GEMMs mean (modes none/tensor/channel/block).
-All math in fp32 (fp64 for the naive loop); results in fp32.
+Both GEMMs run the MoE reference's per-expert loop (reference/moe.py ``per_expert_matmul``);
+the two chained are ``reference.moe.moe_ref``. All math in fp32; results in fp32.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Optional
 
 import torch
 
 from ..config import GateUpLayout
 from .activations import apply_activation
+from .moe import local_ids, per_expert_matmul
 
-__all__ = ["align_ref", "local_ids", "dequant", "gemm1_act_ref", "gemm2_ref", "moe_ref", "moe_naive_loop"]
-
-
-def local_ids(topk_ids: torch.Tensor, num_experts: int, expert_map: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Local expert of every pair, int64 [n]; -1 where dropped (not local or out of range)."""
-    g = topk_ids.reshape(-1).long()                                             # [n]
-    if expert_map is not None:
-        ok = (g >= 0) & (g < expert_map.numel())
-        loc = torch.where(ok, expert_map.long().to(g.device)[g.clamp(0, expert_map.numel() - 1)], -1)
-    else:
-        loc = g
-    return torch.where((loc >= 0) & (loc < num_experts), loc, -1)
+__all__ = ["align_ref", "dequant", "gemm1_act_ref", "gemm2_ref"]
 
 
 def align_ref(topk_ids: torch.Tensor, block_m: int, num_experts: int,
@@ -83,23 +74,15 @@ def gemm1_act_ref(x: torch.Tensor, w13: torch.Tensor, topk_ids: torch.Tensor, ac
                   swiglu_limit: Optional[float] = None, alpha: float = 1.702, limit: float = 7.0,
                   quant: str = "none", a_scale=None, b_scale=None, block: Optional[tuple] = None) -> torch.Tensor:
     """h fp32 [n, N_out]: act(x[t] @ w13[e]^T + bias[e]) per kept pair (halves layout); 0 if dropped."""
-    T, k = topk_ids.shape
-    E = w13.shape[0]
-    loc = local_ids(topk_ids, E, expert_map).to(x.device)                      # [n]
+    k = topk_ids.shape[1]
+    loc = local_ids(topk_ids, w13.shape[0], expert_map).to(x.device)            # [n]
     xa = dequant(x, a_scale, quant, block=block)                              # [T, H]
     gated = not str(activation).endswith("_no_mul")
     n_out = w13.shape[1] // 2 if gated else w13.shape[1]
-    h = torch.zeros(T * k, n_out, dtype=torch.float32, device=x.device)        # [n, N_out]
-    for e in range(E):
-        s = torch.nonzero(loc == e).flatten()
-        if s.numel() == 0:
-            continue
-        g = xa[s // k] @ dequant(w13[e], b_scale, quant, expert=e, block=block).T   # [m, N]
-        if bias is not None:
-            g = g + bias[e].float()
-        h[s] = apply_activation(g, activation, swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
-                                layout=GateUpLayout.HALVES if gated else None)
-    return h
+    act = partial(apply_activation, activation=activation, swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
+                  layout=GateUpLayout.HALVES)
+    return per_expert_matmul(xa, lambda e: dequant(w13[e], b_scale, quant, expert=e, block=block), loc, n_out,
+                             k=k, bias=bias, epilogue=act)
 
 
 def gemm2_ref(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, *,
@@ -108,55 +91,9 @@ def gemm2_ref(h: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor, topk_we
               block: Optional[tuple] = None) -> torch.Tensor:
     """out fp32 [T, H] = sum over kept slots of w * (h[s] @ w2[e]^T + bias[e])."""
     T, k = topk_ids.shape
-    E, H = w2.shape[0], w2.shape[1]
-    loc = local_ids(topk_ids, E, expert_map).to(h.device)                     # [n]
+    H = w2.shape[1]
+    loc = local_ids(topk_ids, w2.shape[0], expert_map).to(h.device)           # [n]
     ha = dequant(h, a_scale, quant, block=block)                              # [n, I]
-    y = torch.zeros(T * k, H, dtype=torch.float32, device=h.device)            # [n, H]
-    for e in range(E):
-        s = torch.nonzero(loc == e).flatten()
-        if s.numel() == 0:
-            continue
-        ye = ha[s] @ dequant(w2[e], b_scale, quant, expert=e, block=block).T    # [m, H]
-        if bias is not None:
-            ye = ye + bias[e].float()
-        if mul_routed_weight:
-            ye = ye * topk_weights.reshape(-1)[s].float()[:, None]
-        y[s] = ye
+    y = per_expert_matmul(ha, lambda e: dequant(w2[e], b_scale, quant, expert=e, block=block), loc, H,
+                          bias=bias, row_weight=topk_weights.reshape(-1) if mul_routed_weight else None)
     return y.view(T, k, H).sum(1)
-
-
-def moe_ref(x, w13, w2, topk_weights, topk_ids, activation: str = "silu", *, expert_map=None,
-            w13_bias=None, w2_bias=None, swiglu_limit=None, alpha: float = 1.702, limit: float = 7.0,
-            round_h_to: Optional[torch.dtype] = None) -> torch.Tensor:
-    """fp32 [T, H]; ``round_h_to`` rounds the intermediate like a kernel storing it in that dtype."""
-    h = gemm1_act_ref(x, w13, topk_ids, activation, expert_map=expert_map, bias=w13_bias,
-                      swiglu_limit=swiglu_limit, alpha=alpha, limit=limit)
-    if round_h_to is not None:
-        h = h.to(round_h_to).float()
-    return gemm2_ref(h, w2, topk_ids, topk_weights, expert_map=expert_map, bias=w2_bias)
-
-
-def moe_naive_loop(x, w13, w2, topk_weights, topk_ids, activation: str = "silu", *, expert_map=None,
-                   w13_bias=None, w2_bias=None, swiglu_limit=None, alpha: float = 1.702,
-                   limit: float = 7.0) -> torch.Tensor:
-    """fp64 [T, H], one (token, slot) at a time: the independent cross-check of ``moe_ref``."""
-    T, k = topk_ids.shape
-    E = w13.shape[0]
-    out = torch.zeros(T, w2.shape[1], dtype=torch.float64)
-    gated = not str(activation).endswith("_no_mul")
-    for t in range(T):
-        for j in range(k):
-            g = int(topk_ids[t, j])
-            e = int(expert_map[g]) if expert_map is not None else g
-            if not 0 <= e < E:
-                continue
-            a = w13[e].double().cpu() @ x[t].double().cpu()                     # [N]
-            if w13_bias is not None:
-                a = a + w13_bias[e].double().cpu()
-            act = apply_activation(a[None], activation, swiglu_limit=swiglu_limit, alpha=alpha, limit=limit,
-                                   layout=GateUpLayout.HALVES if gated else None)[0].double()
-            y = w2[e].double().cpu() @ act                                       # [H]
-            if w2_bias is not None:
-                y = y + w2_bias[e].double().cpu()
-            out[t] += float(topk_weights[t, j]) * y
-    return out
