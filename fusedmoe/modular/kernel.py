@@ -65,7 +65,9 @@ class ModularKernel:
         self._wr = experts.weight_and_reduce()
         self._alias_out = isinstance(self._wr, NoOpWeightAndReduce)
         self._on_input = self.config.routing.apply_router_weight_on_input
-        # imported here, not at module level: importing fusedmoe must not import Triton
+        # The one thing the framework takes from kernels/: the launch-state pin has to span the
+        # whole forward (every chunk, whatever the experts launch), and only this class does.
+        # Imported here, not at module level: importing fusedmoe must not import Triton.
         from ..kernels.launcher import pin_launch_state, unpin_launch_state
         self._pin, self._unpin = pin_launch_state, unpin_launch_state
         # experts that can serve some calls whole (``Experts.direct``: the triton backend's
