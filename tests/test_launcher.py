@@ -30,7 +30,7 @@ from triton._C.libtriton import native_specialize_impl  # noqa: E402
 from triton.backends.compiler import BaseBackend  # noqa: E402
 from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
-from fusedmoe import env  # noqa: E402
+from fusedmoe import env, plan  # noqa: E402
 from fusedmoe.kernels import launcher  # noqa: E402
 from fusedmoe.kernels.launcher import cdiv, launch, next_power_of_2  # noqa: E402
 
@@ -48,9 +48,9 @@ native_specialize_impl(BaseBackend, 1, False, True, True)
 
 @pytest.fixture(autouse=True)
 def _fresh_launcher():
-    launcher.reset()
+    launcher.reset(fast=True)
     yield
-    launcher.reset()
+    launcher.reset(fast=True)
 
 
 @pytest.fixture
@@ -142,14 +142,24 @@ def test_int_helpers_match_triton():
             assert cdiv(a, b) == triton.cdiv(a, b), (a, b)
 
 
-def test_env_switch_and_interpreter(monkeypatch):
-    assert env.fast_launch() and "FUSEDMOE_FAST_LAUNCH" in env.VARIABLES
-    for off in ("0", "false", " 0 "):
-        monkeypatch.setenv("FUSEDMOE_FAST_LAUNCH", off)
-        assert not env.fast_launch()
-        launcher.reset()
+def test_fast_switch_and_interpreter(monkeypatch):
+    # FUSEDMOE_PLAN fast_launch (the triton backend hands it to launcher.set_fast) turns the cached
+    # path off; so does TRITON_INTERPRET, read at the first launch and again after reset()
+    assert plan.override().fast_launch and "FUSEDMOE_PLAN" in env.VARIABLES
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    for off in ('{"fast_launch": false}', ' {"fast_launch": false} '):
+        monkeypatch.setenv("FUSEDMOE_PLAN", off)
+        assert not plan.override().fast_launch
+        launcher.set_fast(plan.override().fast_launch)
         assert not launcher.fast_path_enabled()
-    monkeypatch.setenv("FUSEDMOE_FAST_LAUNCH", "1")
+        launcher.reset()                                # keeps the choice
+        assert not launcher.fast_path_enabled()
+        launcher.set_fast(True)
+        assert launcher.fast_path_enabled()
+    launcher.reset(fast=False)
+    assert not launcher.fast_path_enabled()
+    monkeypatch.setenv("FUSEDMOE_PLAN", '{"fast_launch": true}')
+    launcher.set_fast(plan.override().fast_launch)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     launcher.reset()
     assert not launcher.fast_path_enabled()
@@ -262,9 +272,7 @@ def test_normal_path_when_triton_would_do_more(fast):
     launch(fk, (1,), _args(x, opt=(1, 2)), ce, num_warps=4)         # a tuple: not modelled
     assert fk.calls[-1][0] == "normal" and launcher.stats(fk)["disabled"] is None
 
-    monkey_env = fast
-    monkey_env.setenv("FUSEDMOE_FAST_LAUNCH", "0")                   # the kill switch
-    launcher.reset()
+    launcher.set_fast(False)                                         # the kill switch
     assert paths(3) == ["normal"] * 3 and launcher.stats(fk)["entries"] == 0
 
 
@@ -406,9 +414,8 @@ def test_bound_relaunches_with_new_slot_tensors(fast):
         assert [step(y, z), step(y, z)] == ["direct", "bound"]
     fast.setattr(launcher, "_device_stream", lambda: (1, 7))               # another device
     assert step(y, z) == "normal"
-    fast.setenv("FUSEDMOE_FAST_LAUNCH", "0")
     fast.setattr(launcher, "_device_stream", lambda: (0, 7))
-    launcher.reset()
+    launcher.reset(fast=False)                       # the kill switch
     assert [step(y, z), step(y, z)] == ["normal", "normal"]
 
 
@@ -504,13 +511,11 @@ def _moe_inputs(T, E=8, H=256, I=128, k=2, seed=0):
 
 
 def _normal_path(monkeypatch, fn):
-    monkeypatch.setenv("FUSEDMOE_FAST_LAUNCH", "0")
-    launcher.reset()
+    launcher.set_fast(False)
     try:
         return fn()
     finally:
-        monkeypatch.delenv("FUSEDMOE_FAST_LAUNCH")
-        launcher.reset()
+        launcher.set_fast(True)
 
 
 @pytest.mark.gpu
