@@ -21,7 +21,9 @@ speed knob for the benchmark to try.
 Which schemes, on which devices, why (read from torch 2.13's installed sources):
   none          CPU (any float dtype) and CUDA sm80+ in bfloat16 (``_grouped_mm`` has a
                 CompositeExplicitAutograd fallback, ATen/ops/_grouped_mm_compositeexplicit
-                autograd_dispatch.h, and a CUDA kernel that takes bf16 only).
+                autograd_dispatch.h, and a CUDA kernel that takes bf16 only); on both, rows of
+                H and I elements must be multiples of 16 bytes (the CPU fallback raises
+                "strides should be multiple of 16 bytes" too), else torch_ref serves.
   fp8_channel   CUDA sm90 (Hopper) only, bfloat16 models, H and I multiples of 16, and only
                 when this torch has ``torch._scaled_grouped_mm`` (feature-detected, never
                 assumed: the GPU machine runs torch 2.11).
@@ -74,7 +76,7 @@ from ..modular.interfaces import ActivationFormat, ContiguousWeightAndReduce, Ex
 from ..quantize import quantize_activation
 from ..reference.activations import activation_from_config
 from ..weights import ExpertWeights
-from .registry import BackendSpec, Reason, register
+from .registry import BackendSpec, Reason, register, row_alignment
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
 _scaled_grouped_mm = getattr(torch, "_scaled_grouped_mm", None)   # fp8 rowwise; CUDA sm90 only
@@ -217,15 +219,15 @@ class GroupedMMFp8Experts(GroupedMMExperts):
 
 def _check(config: MoEConfig, quant, platform):
     """Whether the 16-bit path runs here (``quant`` is ignored: the emulation backend asks
-    this about its dequantized weights)."""
+    this about its dequantized weights, which are in the config's dtype)."""
     r = []
     if _grouped_mm is None:
         r.append(Reason("torch", f"this torch ({torch.__version__}) has no grouped_mm"))
-    if platform.kind == "cuda":
-        if config.dtype != "bfloat16":
-            r.append(Reason("dtype", f"grouped_mm on CUDA takes bfloat16 only, not {config.dtype}"))
-        if config.hidden_size % 8 or config.intermediate_size % 8:
-            r.append(Reason("shape", "grouped_mm on CUDA needs H and I multiples of 8 (16-byte rows)"))
+    if platform.kind == "cuda" and config.dtype != "bfloat16":
+        r.append(Reason("dtype", f"grouped_mm on CUDA takes bfloat16 only, not {config.dtype}"))
+    # on every device: the CPU fallback checks the strides as the CUDA kernel does
+    # (x and h rows, and the transposed weights' leading strides, are H and I elements)
+    r.extend(row_alignment(config, config.torch_dtype.itemsize, 16, "torch's grouped_mm"))
     return r
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -20,7 +21,8 @@ from ..errors import ConfigError
 from ..modular.interfaces import ActivationFormat
 from ..platform import Platform
 
-__all__ = ["BackendSpec", "Reason", "register", "unregister", "registered", "get_spec", "BUILTIN_MODULES"]
+__all__ = ["BackendSpec", "Reason", "register", "unregister", "registered", "get_spec", "row_alignment",
+           "BUILTIN_MODULES"]
 
 log = logging.getLogger("fusedmoe")
 
@@ -40,6 +42,21 @@ class Reason:
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.text}"
+
+
+def row_alignment(config: MoEConfig, element_size: int, align_bytes: int, engine: str) -> list[Reason]:
+    """``[Reason("shape", ...)]`` when a row of H or I elements of ``element_size`` bytes is not a
+    multiple of ``align_bytes`` bytes, else ``[]``. For engines whose operands need aligned row
+    strides on every device (torch's grouped_mm raises "strides should be multiple of 16 bytes"
+    on CPU as on CUDA): a spec's ``check`` returns it, so the oracle moves on to the next backend
+    and ``fusedmoe explain`` says why."""
+    bad = [f"{n}={v}" for n, v in (("H", config.hidden_size), ("I", config.intermediate_size))
+           if (v * element_size) % align_bytes]
+    if not bad:
+        return []
+    step = align_bytes // math.gcd(align_bytes, element_size)
+    return [Reason("shape", f"{engine} needs {align_bytes}-byte rows: {' and '.join(bad)} must be multiples of "
+                            f"{step} for {element_size}-byte elements")]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""Capability checks as data: a backend that cannot serve a configuration says so at selection
+(a ``Reason`` from its spec), on every device, so the oracle picks the next backend and
+``fusedmoe explain`` shows why. Nothing reaches a kernel that would raise inside it.
+
+Legend: E experts, k top-k, H hidden, I intermediate, T tokens.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fusedmoe.oracle as oracle
+from fusedmoe import FusedMoE, MoEConfig
+from fusedmoe.backends.registry import row_alignment
+from fusedmoe.layer import prepare_experts
+from fusedmoe.platform import Platform
+from fusedmoe.reference.moe import reference_moe
+from fusedmoe.tolerances import rel_error, tolerance
+
+CPU = Platform.preset("cpu")
+
+
+# ------------------------------------------------------------------------------ 16-byte rows
+def test_the_issue_repro_runs_and_says_why_grouped_mm_was_skipped(builtin_only):
+    torch.manual_seed(0)
+    cfg = MoEConfig(4, 2, 33, 17, dtype="float32")
+    m = FusedMoE.from_float(cfg, torch.randn(4, 34, 33), torch.randn(4, 33, 17))
+    out = m(torch.randn(3, 33), torch.randn(3, 4))
+    assert out.shape == (3, 33) and torch.isfinite(out).all()
+    assert m.selection.winner in ("torch_ref", "triton")      # triton where the interpreter is on
+    [r] = m.selection.candidate("grouped_mm").reasons
+    assert r.code == "shape" and "H=33 and I=17" in r.text and "16-byte" in r.text
+    assert "[shape] torch's grouped_mm needs 16-byte rows" in m.selection.explain()
+
+
+# (H, I, dtype): rows of H or I elements that are not multiples of 16 bytes
+UNALIGNED = [(33, 16, "float32"), (32, 17, "float32"), (34, 18, "float32"),
+             (36, 20, "bfloat16"), (32, 12, "float16")]
+
+
+@pytest.mark.parametrize("H,I,dtype", UNALIGNED, ids=[f"H{h}-I{i}-{d}" for h, i, d in UNALIGNED])
+def test_grouped_mm_refuses_unaligned_rows_on_cpu_and_torch_ref_serves(builtin_only, mk, H, I, dtype):
+    cfg = mk.config(E=4, k=2, H=H, I=I, dtype=dtype)
+    sel = oracle.select_backend(cfg, "none", CPU)
+    assert sel.winner == "torch_ref"
+    assert [r.code for r in sel.candidate("grouped_mm").reasons] == ["shape"]
+    w = mk.weights(cfg, seed=1)
+    x = mk.x(cfg, 7, seed=2)
+    tw, ti = mk.topk(7, 4, 2, seed=3)
+    pe = prepare_experts(cfg, w)
+    assert rel_error(pe(x, tw, ti), reference_moe(x, w, tw, ti, cfg)) <= tolerance(dtype, "none")
+
+
+@pytest.mark.parametrize("H,I,dtype", [(36, 20, "float32"), (40, 24, "bfloat16"), (40, 24, "float16")])
+def test_grouped_mm_still_serves_aligned_rows(builtin_only, mk, H, I, dtype):
+    cfg = mk.config(E=4, k=2, H=H, I=I, dtype=dtype)
+    assert oracle.select_backend(cfg, "none", CPU).winner == "grouped_mm"
+    w = mk.weights(cfg, seed=1)
+    x = mk.x(cfg, 7, seed=2)
+    tw, ti = mk.topk(7, 4, 2, seed=3)
+    pe = prepare_experts(cfg, w, "grouped_mm")
+    assert rel_error(pe(x, tw, ti), reference_moe(x, w, tw, ti, cfg)) <= tolerance(dtype, "none")
+
+
+@pytest.mark.parametrize("scheme", ["fp8_channel", "int8_w8a16", "fp8_tensor"])
+def test_emulation_serves_unaligned_rows_through_the_reference_loop(builtin_only, mk, scheme):
+    # emulation runs grouped_mm over its dequantized weights only where grouped_mm's check passes
+    cfg = mk.config(E=4, k=2, H=33, I=17, dtype="bfloat16")
+    w = mk.weights(cfg, scheme, seed=1)
+    x = mk.x(cfg, 5, seed=2)
+    tw, ti = mk.topk(5, 4, 2, seed=3)
+    pe = prepare_experts(cfg, w, platform=CPU)
+    assert pe.selection.winner == "emulation"
+    assert rel_error(pe(x, tw, ti), reference_moe(x, w, tw, ti, cfg)) <= tolerance("bfloat16", scheme)
+
+
+def test_row_alignment_reason_names_the_dims_and_the_multiple():
+    cfg = MoEConfig(4, 2, 36, 20, dtype="bfloat16")
+    assert row_alignment(cfg, 4, 16, "x") == []
+    [r] = row_alignment(cfg, 2, 16, "engine")
+    assert r.code == "shape" and "H=36 and I=20 must be multiples of 8 for 2-byte elements" in r.text
+    [r] = row_alignment(MoEConfig(4, 2, 48, 20), 1, 16, "engine")
+    assert "I=20" in r.text and "H=" not in r.text and "multiples of 16" in r.text
+
