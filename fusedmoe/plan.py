@@ -579,6 +579,12 @@ def check(config: MoEConfig, quant, platform) -> list:
             r.append(("layout", "fp8_block weight blocks cannot be de-interleaved (swigluoai)"))
         if bk % 16 or bn % 16:
             r.append(("block_shape", f"block_shape {quant.block_shape} must be multiples of 16"))
+        elif platform.kind == "cuda" and bk % 32:
+            # the grouped GEMMs' and the tensor-core decode's BLOCK_K divides bk (one scale a K
+            # step), and Triton's 8-bit dots on NVIDIA need K >= 32 (min_dot_size in
+            # triton/backends/nvidia/compiler.py): no BLOCK_K fits a bk that 32 does not divide
+            r.append(("block_shape", f"block_shape {quant.block_shape}: bk={bk} must be a multiple of 32 on "
+                                     "CUDA (BLOCK_K divides bk, and Triton's fp8 dots need K >= 32)"))
         if config.intermediate_size % bn or config.hidden_size % bk:
             r.append(("block_shape", f"H={config.hidden_size} and I={config.intermediate_size} must be "
                                      f"multiples of the block {quant.block_shape} (gate/up tiles share blocks)"))

@@ -12,7 +12,9 @@ import torch
 import fusedmoe.oracle as oracle
 from fusedmoe import FusedMoE, MoEConfig
 from fusedmoe.backends.registry import row_alignment
+from fusedmoe.config import QuantScheme
 from fusedmoe.layer import prepare_experts
+from fusedmoe.plan import check
 from fusedmoe.platform import Platform
 from fusedmoe.reference.moe import reference_moe
 from fusedmoe.tolerances import rel_error, tolerance
@@ -82,3 +84,30 @@ def test_row_alignment_reason_names_the_dims_and_the_multiple():
     [r] = row_alignment(MoEConfig(4, 2, 48, 20), 1, 16, "engine")
     assert "I=20" in r.text and "H=" not in r.text and "multiples of 16" in r.text
 
+
+# ------------------------------------------------------------------------------ fp8_block tiles
+@pytest.mark.parametrize("block", [(16, 16), (32, 16), (128, 48)])
+def test_fp8_block_k_group_that_no_fp8_dot_fits_is_refused_on_cuda(builtin_only, block):
+    # BLOCK_K divides bk in every Triton path; an 8-bit tl.dot on NVIDIA needs K >= 32
+    cfg = MoEConfig(8, 2, 384, 256, dtype="bfloat16")
+    q = f"fp8_block:b{block[0]}x{block[1]}"
+    sel = oracle.select_backend(cfg, q, Platform.preset("h100"))
+    assert sel.winner == "emulation"
+    [r] = sel.candidate("triton").reasons
+    assert r.code == "block_shape" and f"bk={block[1]} must be a multiple of 32 on CUDA" in r.text
+    assert "bk=%d must be a multiple of 32" % block[1] in sel.explain()
+
+
+@pytest.mark.parametrize("block", [(32, 32), (16, 64), (128, 96), (128, 128)])
+def test_fp8_block_k_group_of_whole_fp8_dots_is_served_on_cuda(builtin_only, block):
+    cfg = MoEConfig(8, 2, 384, 256, dtype="bfloat16")
+    sel = oracle.select_backend(cfg, f"fp8_block:b{block[0]}x{block[1]}", Platform.preset("h100"))
+    assert sel.winner == "triton" and sel.candidate("triton").ok
+
+
+def test_fp8_block_16_is_left_to_the_interpreter_on_cpu():
+    # the interpreter has no minimum dot size: BLOCK_K 16 runs there
+    cfg = MoEConfig(8, 2, 64, 32, dtype="float32")
+    assert check(cfg, QuantScheme.parse("fp8_block:b16x16"), CPU) == []
+    assert [c for c, _ in check(cfg, QuantScheme.parse("fp8_block:b16x16"), Platform.preset("h100"))] == \
+        ["block_shape"]
