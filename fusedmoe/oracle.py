@@ -155,6 +155,10 @@ def select_backend(config: MoEConfig, quant=None, platform=None, requested: Opti
                           ["auto", *specs], "run `fusedmoe backends` to list them", problem="is not a registered backend")
     disabled = env.disabled_backends()
     unknown = sorted(disabled - set(specs))
+    if unknown:   # a typo would otherwise leave the backend it meant enabled
+        raise ConfigError("FUSEDMOE_DISABLE_BACKENDS", ",".join(sorted(disabled)), list(specs),
+                          "name registered backends only (`fusedmoe backends` lists them)",
+                          problem=f"names unknown backend{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
     order = priority_order(quant, platform)
     kw = dict(fmt=fmt, deterministic=deterministic, max_tokens=max_tokens)
     candidates = []
@@ -184,9 +188,6 @@ def select_backend(config: MoEConfig, quant=None, platform=None, requested: Opti
     sel = Selection(winner, source, requested, config, quant, platform, candidates, deterministic=deterministic)
     if spec.variants is not None:
         sel.variants = spec.variants(config, quant, platform)
-    if unknown:
-        sel.notes.append(f"FUSEDMOE_DISABLE_BACKENDS names unknown backends {unknown} (typo?); "
-                         f"registered: {sorted(specs)}")
     if not spec.native or (winner == "torch_ref" and platform.kind == "cuda"):
         sel.notes.append(f"'{winner}' is a correctness path for {quant.name} here, not a fast one")
     if log_once:

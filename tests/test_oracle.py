@@ -221,6 +221,19 @@ def test_disable_backends_changes_the_winner(builtin_only, monkeypatch):
     assert oracle.select_backend(cfg_(), "fp8_block", plat).winner == "torch_ref"
 
 
+def test_disable_backends_with_an_unknown_name_raises_naming_it(builtin_only, monkeypatch):
+    # a typo must not leave the backend it meant enabled
+    monkeypatch.setenv("FUSEDMOE_DISABLE_BACKENDS", "grouped_mm,nope")
+    with pytest.raises(ConfigError) as ei:
+        oracle.select_backend(cfg_(), "none", Platform.preset("cpu"))
+    msg = str(ei.value)
+    assert msg.startswith("FUSEDMOE_DISABLE_BACKENDS='grouped_mm,nope' names unknown backend nope;")
+    assert all(n in msg for n in BUILTIN)                     # the registered names
+    with pytest.raises(ConfigError, match="unknown backends nope, zz"):
+        monkeypatch.setenv("FUSEDMOE_DISABLE_BACKENDS", "zz,torch_ref,nope")
+        oracle.select_backend(cfg_(), "none", Platform.preset("cpu"))
+
+
 def test_explicit_request_of_disabled_backend_raises(builtin_only, monkeypatch):
     monkeypatch.setenv("FUSEDMOE_DISABLE_BACKENDS", "torch_ref")
     with pytest.raises(NoBackendError) as ei:
