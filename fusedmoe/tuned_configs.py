@@ -21,7 +21,12 @@ for the 'none' scheme ('bfloat16', 'float16', 'float32') else the scheme's metho
 Lookup rules:
 - ``override(...)`` (context manager) wins over everything.
 - Files are searched in ``FUSEDMOE_CONFIG_DIR`` first, then ``fusedmoe/kernels/configs/``;
-  the first file with the exact name is used.
+  the first file with the exact name is used. A ``FUSEDMOE_CONFIG_DIR`` that is not a folder
+  gets ONE warning naming it.
+- Every entry is checked at load: the keys above are positive ints, BLOCK_SIZE_M/N/K and
+  num_warps powers of two, a K tile of at least 32 bytes, and with fp8 blocks a BLOCK_SIZE_K
+  that divides the blocks' bk (``check_pair``). A file that cannot be read or fails a check
+  is ignored as if absent, with ONE warning naming it and a note in the selection report.
 - The token-count key nearest to T is used (absolute distance, as vLLM does), if it lies
   within a factor ``MAX_KEY_RATIO`` (4) of T; otherwise the shape-aware default. On a tie the
   LARGER key wins: its tiles were tuned for at least as many tokens per expert, and a BLOCK_M
@@ -55,7 +60,8 @@ from .errors import ConfigError, ConfigTypeError
 
 __all__ = [
     "GEMM_KEYS", "LaunchConfigs", "config_file_name", "config_tag", "search_dirs", "package_config_dir",
-    "override", "normalize_launch_config", "builtin_default", "MAX_KEY_RATIO", "SIBLING_DEVICES", "VERSIONS_KEY",
+    "override", "normalize_launch_config", "check_pair", "builtin_default", "MAX_KEY_RATIO", "SIBLING_DEVICES",
+    "VERSIONS_KEY",
 ]
 
 log = logging.getLogger("fusedmoe.tuned_configs")
@@ -64,6 +70,7 @@ log = logging.getLogger("fusedmoe.tuned_configs")
 GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages", "SPLIT_K")
 _REQUIRED = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")
 _OPTIONAL_DEFAULTS = {"GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3, "SPLIT_K": 1}
+_POW2_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps")
 
 _WARNED: set = set()          # file names already warned about in this process
 _OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("fusedmoe_launch_override", default=None)
@@ -115,7 +122,14 @@ def search_dirs() -> list:
     dirs = []
     user = env.config_dir()
     if user:
-        dirs.append(os.path.abspath(os.path.expanduser(user)))
+        path = os.path.abspath(os.path.expanduser(user))
+        key = f"FUSEDMOE_CONFIG_DIR={path}"
+        if not os.path.isdir(path) and key not in _WARNED:   # a typo would otherwise go unnoticed
+            _WARNED.add(key)
+            log.warning("fusedmoe: FUSEDMOE_CONFIG_DIR=%r is not a folder (missing, or a file): its tuned launch "
+                        "configs cannot be read. Fix: create it, or point the variable at the folder that holds "
+                        "them", path)
+        dirs.append(path)
     dirs.append(package_config_dir())
     return dirs
 
@@ -181,11 +195,37 @@ def normalize_launch_config(cfg, where: str = "launch config") -> dict:
         v = out[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{where}.{k}", v, "a positive int", "rerun `fusedmoe tune` or fix the file")
+        if k in _POW2_KEYS and v & (v - 1):
+            raise ConfigError(f"{where}.{k}", v, "a power of two (Triton's tile shapes and num_warps are)",
+                              "rerun `fusedmoe tune` or fix the file", problem="is not a power of two")
     v = out.get("PERSISTENT", 0)
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ConfigError(f"{where}.PERSISTENT", v, "an int >= 0 (programs per SM; 0: one per tile)",
                           "rerun `fusedmoe tune` or fix the file")
     return out
+
+
+def check_pair(pair: Pair, tag: str, block_k: Optional[int] = None, where: str = "launch config") -> Pair:
+    """What the kernels need of a (gemm1, gemm2) pair beyond each config's own keys, for
+    operands of file tag ``tag``; a ConfigError naming the entry otherwise. A K tile of at
+    least 32 bytes (Triton's smallest tl.dot K on NVIDIA: 32 8-bit, 16 16-bit, 8 fp32
+    elements) and, with fp8 blocks of K group ``block_k``, a BLOCK_SIZE_K that divides it
+    (one block scale a K step: the grouped GEMM asserts it at launch). An A_RESIDENT config
+    takes its K chunks from the shape instead of BLOCK_SIZE_K."""
+    import torch  # noqa: PLC0415
+    esize = getattr(torch, _TAG_TORCH_DTYPE.get(tag, "bfloat16")).itemsize
+    for g, c in zip(("gemm1", "gemm2"), pair):
+        bk = c["BLOCK_SIZE_K"]
+        if c.get("A_RESIDENT"):
+            continue
+        if bk * esize < 32:
+            raise ConfigError(f"{where}.{g}.BLOCK_SIZE_K", bk, f"at least {32 // esize} for {tag} operands "
+                              "(the smallest K of a Triton dot)", "rerun `fusedmoe tune` or fix the file",
+                              problem="is too small")
+        if block_k is not None and block_k % bk:
+            raise ConfigError(f"{where}.{g}.BLOCK_SIZE_K", bk, f"a divisor of the blocks' bk={block_k}",
+                              "rerun `fusedmoe tune` or fix the file", problem="does not divide the fp8 blocks")
+    return pair
 
 
 def _split_entry(entry, where: str) -> Pair:
@@ -326,14 +366,32 @@ class LaunchConfigs:
         plat = Platform.resolve(platform)
         s = QuantScheme.parse(scheme)
         tag = config_tag(s, dtype)
+        block_k = s.block_shape[1] if s.method == QuantMethod.FP8_BLOCK else None
         fname = config_file_name(E, N, plat.device_name, s, dtype)
         dirs = search_dirs()
+        ignored: list = []
+
+        def read(path: str, name: str) -> Optional["LaunchConfigs"]:
+            """The file's configs, or None (and one warning naming it) when it is malformed:
+            the lookup goes on as if it were absent."""
+            try:
+                lc = cls._from_file(path, E, N, H, top_k, tag, name, default_fn, block_k)
+            except (ConfigError, ConfigTypeError) as e:
+                ignored.append(f"ignored {path}: {e}")
+                if path not in _WARNED:
+                    _WARNED.add(path)
+                    log.warning("fusedmoe: ignoring the tuned launch-config file %s: %s", path, e)
+                return None
+            lc.gated = gated
+            lc.notes = (*ignored, *lc.notes)
+            return lc
+
         for d in dirs:
             path = os.path.join(d, fname)
             if os.path.isfile(path):
-                lc = cls._from_file(path, E, N, H, top_k, tag, fname, default_fn)
-                lc.gated = gated
-                return lc
+                lc = read(path, fname)
+                if lc is not None:
+                    return lc
         # A sibling chip (same SM architecture, e.g. H100 <-> H200) is a better start than the
         # generic defaults: use its file, and say so in the selection report.
         for sib in SIBLING_DEVICES.get(plat.device_name, ()):
@@ -341,8 +399,9 @@ class LaunchConfigs:
             for d in dirs:
                 path = os.path.join(d, sname)
                 if os.path.isfile(path):
-                    lc = cls._from_file(path, E, N, H, top_k, tag, sname, default_fn)
-                    lc.gated = gated
+                    lc = read(path, sname)
+                    if lc is None:
+                        continue
                     lc.notes = (*lc.notes, f"no file tuned on {plat.device_name}; using the one tuned on {sib} "
                                            f"(same SM architecture): run `fusedmoe tune` here for the best configs")
                     lc.source = f"sibling:{path}"
@@ -360,17 +419,18 @@ class LaunchConfigs:
         else:  # CPU / interpreter: speed is not the point there
             log.debug(msg)
         return cls(E, N, H, top_k, tag, fname, {}, "default",
-                   (f"default launch configs: {fname} not found in {', '.join(dirs)}",), None, default_fn, gated)
+                   (*ignored, f"default launch configs: {fname} not found in {', '.join(dirs)}"), None,
+                   default_fn, gated)
 
     @classmethod
-    def _from_file(cls, path, E, N, H, top_k, tag, fname, default_fn) -> "LaunchConfigs":
+    def _from_file(cls, path, E, N, H, top_k, tag, fname, default_fn, block_k=None) -> "LaunchConfigs":
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
         except (OSError, ValueError) as e:
             raise ConfigError("tuned config file", path, "a readable JSON file",
                               f"fix or delete it ({e}); rerun `fusedmoe tune`", problem="cannot be read") from None
-        table = _parse_table(data, os.path.basename(path))
+        table = _parse_table(data, fname)
         fv = data.get("triton_version")
         notes = []
         run = _running_triton_version()
@@ -387,6 +447,8 @@ class LaunchConfigs:
             notes.append(f"{fname} was tuned with Triton {fv}, running {run}: configs are used anyway; "
                          f"retune (`fusedmoe tune`) if this shape is slow")
             log.info("fusedmoe: %s", notes[-1])
+        for T, pair in table.items():
+            check_pair(pair, tag, block_k, f"{fname}[{str(T)!r}]")
         return cls(E, N, H, top_k, tag, fname, table, f"tuned:{path}", tuple(notes), fv, default_fn)
 
     @classmethod

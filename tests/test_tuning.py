@@ -204,18 +204,89 @@ def test_same_major_minor_has_no_note(isolated):
 
 
 # ------------------------------------------------------------------------------------------- bad files
-@pytest.mark.parametrize("content", ["{not json", json.dumps({"triton_version": "3.6.0"}),
-                                     json.dumps({"1": {"BLOCK_SIZE_M": 16}}),
-                                     json.dumps({"1": {"gemm1": cfg(16)}}),
-                                     json.dumps({"1": cfg(0)})])
-def test_broken_file_fails_loudly_naming_it(isolated, content):
-    user, _ = isolated
+BROKEN = [
+    "{not json",
+    json.dumps(["a", "list"]),                                              # someone else's JSON
+    json.dumps({"triton_version": "3.6.0"}),                                # no entries
+    json.dumps({"1": {"BLOCK_SIZE_M": 16}}),
+    json.dumps({"1": {"gemm1": cfg(16)}}),
+    json.dumps({"1": cfg(0)}),
+    json.dumps({"1": cfg(16), "64": cfg(48)}),                              # one entry not a power of two
+    json.dumps({"1": cfg(16, 96)}),
+    json.dumps({"1": {"gemm1": cfg(16), "gemm2": cfg(16, 64, 80)}}),
+    json.dumps({"1": cfg(16, num_warps=6)}),
+    json.dumps({"1": cfg(16, 64, 8)}),                                      # K tile below a bf16 dot's 16
+]
+
+
+@pytest.mark.parametrize("content", BROKEN)
+def test_malformed_file_is_ignored_with_one_warning_naming_it(isolated, caplog, content):
+    user, pkg = isolated
     name = config_file_name(8, 14336, DEV)
-    with open(os.path.join(str(user), name), "w") as f:
+    path = os.path.join(str(user), name)
+    with open(path, "w") as f:
         f.write(content)
-    with pytest.raises(ConfigError) as e:
-        load()
-    assert "E=8,N=14336" in str(e.value)
+    caplog.set_level(logging.WARNING, logger="fusedmoe")
+    lc = load()
+    assert lc.source == "default" and lc.get(1) == lc.defaults_only().get(1)
+    assert any(n.startswith(f"ignored {path}: ") for n in lc.notes)
+    write(pkg, name, table(1))                  # the next file in the search order serves
+    lc = load()
+    assert lc.source == "tuned:" + os.path.join(str(pkg), name) and any(path in n for n in lc.notes)
+    ignored = [r.getMessage() for r in caplog.records if "ignoring" in r.getMessage()]
+    assert len(ignored) == 1 and path in ignored[0]                         # once per process
+
+
+def test_malformed_sibling_file_is_skipped(isolated, caplog):
+    _, pkg = isolated
+    write(pkg, config_file_name(8, 14336, "NVIDIA_H100_80GB_HBM3"), {"1": cfg(24)})
+    caplog.set_level(logging.WARNING, logger="fusedmoe")
+    lc = LaunchConfigs.load(Platform.preset("h200"), 8, 14336, 4096, 2, "none", "bfloat16", default_fn=fake_default)
+    assert lc.source == "default"
+    assert sum("ignoring" in r.getMessage() and "NVIDIA_H100_80GB_HBM3" in r.getMessage()
+               for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("entry,bad", [(cfg(16, 64, 16), "at least 32"),           # fp8 dots need K >= 32
+                                       (cfg(16, 64, 256), "does not divide the fp8 blocks")])
+def test_fp8_block_file_entries_must_fit_the_blocks(isolated, caplog, entry, bad):
+    user, _ = isolated
+    name = config_file_name(8, 14336, DEV, "fp8_block")
+    write(user, name, {"1": entry})
+    caplog.set_level(logging.WARNING, logger="fusedmoe")
+    lc = load(scheme="fp8_block")
+    assert lc.source == "default"
+    [msg] = [r.getMessage() for r in caplog.records if "ignoring" in r.getMessage()]
+    assert name in msg and bad in msg and "BLOCK_SIZE_K" in msg
+    write(user, name, {"1": cfg(16, 64, 128), "2": {**cfg(16, 64, 256), "A_RESIDENT": 4}})
+    assert load(scheme="fp8_block").is_tuned
+
+
+def test_shipped_files_pass_the_checks():
+    folder = os.path.join(os.path.dirname(tuned_configs.__file__), "kernels", "configs")   # the real one
+    names = [n for n in os.listdir(folder) if n.endswith(".json")]
+    assert names
+    for n in names:
+        tag = n.split("dtype=")[1].split(",")[0].removesuffix(".json")
+        block_k = 128 if "block_shape=[128,128]" in n else None
+        assert LaunchConfigs._from_file(os.path.join(folder, n), 0, 0, 0, 1, tag, n, None, block_k).is_tuned
+
+
+def test_missing_config_dir_warns_once_naming_it(isolated, caplog, monkeypatch, tmp_path):
+    gone = str(tmp_path / "nonexistent")
+    monkeypatch.setenv("FUSEDMOE_CONFIG_DIR", gone)
+    caplog.set_level(logging.WARNING, logger="fusedmoe")
+    load()
+    load()
+    tuned_configs.search_dirs()
+    msgs = [r.getMessage() for r in caplog.records if "is not a folder" in r.getMessage()]
+    assert len(msgs) == 1 and msgs[0].startswith(f"fusedmoe: FUSEDMOE_CONFIG_DIR={gone!r}")
+    caplog.clear()
+    afile = tmp_path / "a_file"
+    afile.write_text("")
+    monkeypatch.setenv("FUSEDMOE_CONFIG_DIR", str(afile))                    # a file is not a folder either
+    tuned_configs.search_dirs()
+    assert any(str(afile) in r.getMessage() and "is not a folder" in r.getMessage() for r in caplog.records)
 
 
 def test_normalize_fills_and_keeps_extra_keys():
@@ -223,6 +294,9 @@ def test_normalize_fills_and_keeps_extra_keys():
     assert c["USE_TMA"] == 1 and c["num_warps"] == 4 and c["num_stages"] == 3
     with pytest.raises(ConfigError):
         tuned_configs.normalize_launch_config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 16, "BLOCK_SIZE_K": True})
+    with pytest.raises(ConfigError, match=r"BLOCK_SIZE_N=48 is not a power of two"):
+        tuned_configs.normalize_launch_config(cfg(16, 48))
+    assert tuned_configs.normalize_launch_config(cfg(16, num_stages=5, GROUP_SIZE_M=24))["GROUP_SIZE_M"] == 24
 
 
 # ------------------------------------------------------------------------------------------- override
