@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .errors import ConfigError, ConfigTypeError, check_choice, check_int
+from .errors import ConfigError, ConfigTypeError, check_bool, check_choice, check_float, check_int
 
 __all__ = [
     "Activation", "ScoringFunc", "QuantMethod", "ExpertPlacement", "GateUpLayout",
@@ -127,8 +127,7 @@ class Routing:
     def __post_init__(self):
         _frozen_set(self, "scoring", check_choice("scoring", self.scoring, ScoringFunc))
         for name in ("renormalize", "has_correction_bias", "apply_router_weight_on_input"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigTypeError(name, getattr(self, name), "bool")
+            check_bool(name, getattr(self, name))
         if (self.num_groups is None) != (self.topk_groups is None):
             raise ConfigError("topk_groups" if self.num_groups else "num_groups",
                               self.topk_groups if self.num_groups else self.num_groups,
@@ -140,11 +139,8 @@ class Routing:
             if self.topk_groups > self.num_groups:
                 raise ConfigError("topk_groups", self.topk_groups, f"1..num_groups={self.num_groups}",
                                   "keep at most num_groups groups", problem="is larger than num_groups")
-        if not isinstance(self.routed_scaling_factor, (int, float)) or isinstance(self.routed_scaling_factor, bool) \
-                or not self.routed_scaling_factor > 0:
-            raise ConfigError("routed_scaling_factor", self.routed_scaling_factor, "a float > 0",
-                              "use 1.0 for no scaling")
-        _frozen_set(self, "routed_scaling_factor", float(self.routed_scaling_factor))
+        _frozen_set(self, "routed_scaling_factor",
+                    check_float("routed_scaling_factor", self.routed_scaling_factor, hint="use 1.0 for no scaling"))
         if self.custom is not None and not isinstance(self.custom, str):
             raise ConfigTypeError("custom", self.custom, "str (a name registered with register_routing_fn)")
 
@@ -193,7 +189,11 @@ class QuantScheme:
         m = check_choice("method", self.method, QuantMethod,
                          "use one of the scheme names, e.g. QuantScheme('fp8_block')")
         _frozen_set(self, "method", m)
+        for name in ("has_zero_point", "static_activation_scale", "scale_pow2"):
+            check_bool(name, getattr(self, name))
         gs = self.group_size
+        if gs is not None and (isinstance(gs, bool) or not isinstance(gs, int)):
+            raise ConfigTypeError("group_size", gs, "int or None", "e.g. group_size=128")
         if m in _FIXED_GROUP:
             if gs is not None and gs != _FIXED_GROUP[m]:
                 raise ConfigError("group_size", gs, [_FIXED_GROUP[m]], f"{m.value} has a fixed group size; omit group_size")
@@ -212,7 +212,7 @@ class QuantScheme:
             if self.block_shape is not None and not isinstance(self.block_shape, (tuple, list)):
                 raise ConfigError("block_shape", self.block_shape, "a pair of positive ints (bn, bk)", "use (128, 128)")
             bs = tuple(self.block_shape) if self.block_shape is not None else (128, 128)
-            if len(bs) != 2 or any((not isinstance(b, int)) or b < 1 for b in bs):
+            if len(bs) != 2 or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bs):
                 raise ConfigError("block_shape", self.block_shape, "a pair of positive ints (bn, bk)", "use (128, 128)")
             _frozen_set(self, "block_shape", bs)
         elif self.block_shape is not None:
@@ -228,32 +228,43 @@ class QuantScheme:
 
     @classmethod
     def parse(cls, spec) -> "QuantScheme":
-        """'fp8_block', 'int4_w4a16:g64', 'int4_w4a16:g128:zp', QuantScheme or None -> QuantScheme."""
+        """'fp8_block', 'int4_w4a16:g64', 'int4_w4a16:g128:zp', QuantScheme or None -> QuantScheme.
+
+        Case-insensitive ('FP8_BLOCK'); each option at most once."""
         if spec is None:
             return cls()
         if isinstance(spec, QuantScheme):
             return spec
         if not isinstance(spec, str):
-            raise ConfigTypeError("quant", spec, "str or QuantScheme")
-        parts = spec.split(":")
-        kw = {}
+            raise ConfigTypeError("quant", spec, "str (e.g. 'fp8_block', 'int4_w4a16:g64:zp') or QuantScheme")
+        grammar = "NAME[:gN][:zp][:static][:pow2][:bNxK], each option at most once"
+        parts = spec.strip().lower().split(":")
+        kw: dict = {}
         for p in parts[1:]:
-            if p.startswith("g") and p[1:].isdigit():
-                kw["group_size"] = int(p[1:])
-            elif p == "zp":
-                kw["has_zero_point"] = True
-            elif p == "static":
-                kw["static_activation_scale"] = True
-            elif p == "pow2":
-                kw["scale_pow2"] = True
-            elif p.startswith("b") and "x" in p and p[1:].replace("x", "").isdigit():
-                bn, bk = p[1:].split("x")
-                kw["block_shape"] = (int(bn), int(bk))
+            if p[:1] == "g" and p[1:].isdigit():
+                key, val = "group_size", int(p[1:])
+            elif p in ("zp", "static", "pow2"):
+                key, val = {"zp": "has_zero_point", "static": "static_activation_scale", "pow2": "scale_pow2"}[p], True
+            elif p[:1] == "b" and p[1:].count("x") == 1 and all(d.isdigit() for d in p[1:].split("x")):
+                key, val = "block_shape", tuple(int(d) for d in p[1:].split("x"))
             else:
-                raise ConfigError("quant", spec, "NAME[:gN][:zp][:static][:pow2][:bNxK]", "e.g. 'int4_w4a16:g64:zp'")
+                raise ConfigError("quant", spec, grammar, f"option {p!r} is not one of gN, zp, static, pow2, bNxK; "
+                                  "e.g. 'int4_w4a16:g64:zp' or 'fp8_block:b128x128'")
+            if key in kw:
+                raise ConfigError("quant", spec, grammar, f"give {key} once (the option {p!r} repeats it)",
+                                  problem="repeats an option")
+            kw[key] = val
         if parts[0] not in {m.value for m in QuantMethod}:
             raise ConfigError("quant", spec, [m.value for m in QuantMethod], "e.g. --quant fp8_block")
         return cls(parts[0], **kw)
+
+    @property
+    def k_multiple(self) -> int:
+        """What both GEMMs' K (hidden_size for w13, intermediate_size for w2) must be a multiple
+        of: the weight scales' K-group, else 2 for two 4-bit values a byte, else 1."""
+        if self.group_size:
+            return self.group_size
+        return 2 if self.method.weight_bits == 4 else 1
 
     @property
     def name(self) -> str:
@@ -358,21 +369,16 @@ class MoEConfig:
         act = check_choice("activation", self.activation, Activation)
         _frozen_set(self, "activation", act)
         _frozen_set(self, "dtype", dtype_name(self.dtype))
-        if not isinstance(self.has_bias, bool):
-            raise ConfigTypeError("has_bias", self.has_bias, "bool")
+        check_bool("has_bias", self.has_bias)
         if self.swiglu_limit is not None:
             if act != Activation.SILU:
                 raise ConfigError("swiglu_limit", self.swiglu_limit, [None],
                                   f"swiglu_limit clamps silu only (activation={act.value}); for swigluoai use swigluoai_limit")
-            if isinstance(self.swiglu_limit, bool) or not isinstance(self.swiglu_limit, (int, float)) \
-                    or not self.swiglu_limit > 0:
-                raise ConfigError("swiglu_limit", self.swiglu_limit, "a float > 0 or None", "e.g. 7.0")
-            _frozen_set(self, "swiglu_limit", float(self.swiglu_limit))
+            _frozen_set(self, "swiglu_limit", check_float("swiglu_limit", self.swiglu_limit,
+                                                          hint="e.g. 7.0, or None for no clamp"))
         for name in ("swigluoai_alpha", "swigluoai_limit"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ConfigError(name, v, "a float > 0", "use the defaults 1.702 / 7.0 for gpt-oss")
-            _frozen_set(self, name, float(v))
+            _frozen_set(self, name, check_float(name, getattr(self, name),
+                                                hint="use the defaults 1.702 / 7.0 for gpt-oss"))
         default_layout = GateUpLayout.INTERLEAVED if act == Activation.SWIGLUOAI else GateUpLayout.HALVES
         layout = default_layout if self.gate_up_layout is None else check_choice("gate_up_layout", self.gate_up_layout, GateUpLayout)
         if act == Activation.SWIGLUOAI and layout != GateUpLayout.INTERLEAVED:

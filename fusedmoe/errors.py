@@ -20,6 +20,13 @@ def _fmt_accepted(accepted: Any) -> str:
     return str(accepted)
 
 
+def _short_repr(value: Any, limit: int = 120) -> str:
+    """repr(value), cut to ``limit`` characters (a list of 10^5 token weights passed where a
+    tensor belongs must not become a 10^6-character message)."""
+    r = repr(value)
+    return r if len(r) <= limit else r[:limit - 4] + " ..."
+
+
 class ConfigError(FusedMoEError, ValueError):
     """A parameter has a value fusedmoe does not accept.
 
@@ -27,11 +34,9 @@ class ConfigError(FusedMoEError, ValueError):
     """
 
     def __init__(self, param: str, value: Any, accepted: Any, hint: str = "", problem: str = "is not valid"):
+        hint = hint or f"pass {param} as accepted"
         self.param, self.value, self.accepted, self.hint = param, value, accepted, hint
-        msg = f"{param}={value!r} {problem}; accepted: {_fmt_accepted(accepted)}."
-        if hint:
-            msg += f" Fix: {hint}"
-        super().__init__(msg)
+        super().__init__(f"{param}={_short_repr(value)} {problem}; accepted: {_fmt_accepted(accepted)}. Fix: {hint}")
 
 
 class InputError(ConfigError):
@@ -43,10 +48,9 @@ class ConfigTypeError(FusedMoEError, TypeError):
 
     def __init__(self, param: str, value: Any, expected: str, hint: str = ""):
         self.param, self.value = param, value
-        msg = f"{param}={value!r} has type {type(value).__name__}; expected {expected}."
-        if hint:
-            msg += f" Fix: {hint}"
-        super().__init__(msg)
+        hint = hint or f"pass {param} as {expected}"
+        super().__init__(f"{param}={_short_repr(value)} has type {type(value).__name__}; expected {expected}. "
+                         f"Fix: {hint}")
 
 
 class NoBackendError(FusedMoEError, RuntimeError):
@@ -66,14 +70,35 @@ class NoBackendError(FusedMoEError, RuntimeError):
 
 
 def check_choice(param: str, value: Any, enum_cls, hint: str = ""):
-    """Coerce ``value`` into ``enum_cls`` (a str Enum) or raise a ConfigError listing the choices."""
+    """Coerce ``value`` into ``enum_cls`` (a str Enum of lower-case values) or raise a
+    ConfigError listing the choices. Names are case-insensitive ('FP8_BLOCK', 'SiLU'), as
+    platform and model names are, so one spelling rule holds for every name a user types."""
     if isinstance(value, enum_cls):
         return value
+    accepted = [m.value for m in enum_cls]
+    hint = hint or f"pass one of the accepted {enum_cls.__name__} values"
+    if not isinstance(value, str):
+        raise ConfigTypeError(param, value, f"str, one of: {_fmt_accepted(accepted)}", hint)
     try:
-        return enum_cls(value)
+        return enum_cls(value.strip().lower())
     except ValueError:
-        raise ConfigError(param, value, [m.value for m in enum_cls],
-                          hint or f"pass one of the accepted {enum_cls.__name__} values") from None
+        raise ConfigError(param, value, accepted, hint) from None
+
+
+def check_bool(param: str, value: Any, hint: str = "") -> bool:
+    if not isinstance(value, bool):
+        raise ConfigTypeError(param, value, "bool (True or False)", hint)
+    return value
+
+
+def check_float(param: str, value: Any, *, positive: bool = True, hint: str = "") -> float:
+    """A finite real number (> 0 when ``positive``) -> float; bool is not a number here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigTypeError(param, value, "a float" + (" > 0" if positive else ""), hint)
+    if value != value or value in (float("inf"), float("-inf")) or (positive and not value > 0):
+        raise ConfigError(param, value, "a finite float" + (" > 0" if positive else ""), hint,
+                          problem="is not finite" if not abs(value) < float("inf") else "is not > 0")
+    return float(value)
 
 
 def check_int(param: str, value: Any, *, min_value: int | None = None, hint: str = "") -> int:
