@@ -62,8 +62,22 @@ def config_dir() -> str | None:
     return v or None
 
 
+_BOOLS = {"0": False, "false": False, "1": True, "true": True}
+
+
+def _bool_var(name: str) -> bool:
+    """A boolean variable: unset or empty is off; 0/1/true/false (any case); anything else is
+    an error, not 'on' (a typo such as 'nope' or 'off' must not turn a mode on)."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return False
+    if v.lower() not in _BOOLS:
+        raise ConfigError(name, v, ["0", "1", "true", "false"], f"unset it or set {name}=1 (on) or {name}=0 (off)")
+    return _BOOLS[v.lower()]
+
+
 def debug() -> bool:
-    return os.environ.get("FUSEDMOE_DEBUG", "0").strip() not in ("", "0", "false", "False")
+    return _bool_var("FUSEDMOE_DEBUG")
 
 
 def plan() -> str | None:
