@@ -31,7 +31,7 @@ import torch
 from .config import QuantMethod, QuantScheme
 from .errors import ConfigError, ConfigTypeError, InputError
 from .reference.quant import dequantize_weight, quantize_weight
-from .weights import ExpertWeights
+from .weights import ExpertWeights, _check_scale_values
 
 __all__ = ["quantize_experts", "dequantize_experts", "from_deepseek_fp8", "from_per_expert", "from_fused_gate_up",
            "from_quantized_per_expert", "quantize_activation"]
@@ -152,7 +152,7 @@ def from_deepseek_fp8(w13_fp8: torch.Tensor, w2_fp8: torch.Tensor, w13_scale_inv
     Stacking per-expert gate/up scale_inv along dim 0 is exact only when I % 128 == 0
     (true for DeepSeek-V3, I = 2048).
     """
-    scheme = QuantScheme("fp8_block", block_shape=tuple(block_shape))
+    scheme = QuantScheme("fp8_block", block_shape=tuple(block_shape) if isinstance(block_shape, list) else block_shape)
     _check_pair(w13_fp8, w2_fp8)
     for name, w in (("w13_fp8", w13_fp8), ("w2_fp8", w2_fp8)):
         if w.dtype != torch.float8_e4m3fn:
@@ -168,7 +168,12 @@ def from_deepseek_fp8(w13_fp8: torch.Tensor, w2_fp8: torch.Tensor, w13_scale_inv
         if tuple(s.shape) != want:
             raise InputError(f"{name}.shape", tuple(s.shape), f"{want} (blocks {bn}x{bk} of {tuple(w.shape)})",
                              "pass the checkpoint's weight_scale_inv stacked over experts")
-        scales.append(s.to(device=w.device, dtype=torch.float32))
+        if not s.is_floating_point():
+            raise InputError(f"{name}.dtype", s.dtype, "a float dtype (float32, bfloat16, ...)",
+                             "pass the checkpoint's weight_scale_inv as stored")
+        s = s.to(device=w.device, dtype=torch.float32)
+        _check_scale_values(name, s, nan_ok=False)     # load time: the host sync is fine
+        scales.append(s)
     return ExpertWeights(w13=w13_fp8, w2=w2_fp8, scheme=scheme, w13_scale=scales[0], w2_scale=scales[1])
 
 
@@ -184,6 +189,11 @@ def _stack(name: str, ts: Sequence[torch.Tensor]) -> torch.Tensor:
     shapes = {tuple(t.shape) for t in ts}
     if len(shapes) != 1 or len(next(iter(shapes))) != 2:
         raise InputError(name, sorted(shapes), "2-D tensors of one shape", "every expert has the same shape")
+    for what in ("dtype", "device"):
+        seen = {getattr(t, what) for t in ts}
+        if len(seen) != 1:
+            raise InputError(f"{name}[*].{what}", sorted(map(str, seen)), f"one {what} for every expert",
+                             f"convert every expert's tensor with .to(...) to one {what}")
     return torch.stack(list(ts))
 
 
@@ -199,11 +209,11 @@ def from_per_expert(gate: Sequence[torch.Tensor], up: Optional[Sequence[torch.Te
     """
     g = _stack("gate", gate)                                            # [E, I, H]
     d = _stack("down", down)                                            # [E, H, I]
-    for name, ts in (("up", up), ("down", down)):
-        if ts is not None and len(ts) != len(gate):
-            raise InputError(f"len({name})", len(ts), f"{len(gate)} (len(gate))", "pass one tensor per expert")
-    if up is not None:
-        u = _stack("up", up)                                            # [E, I, H]
+    u = _stack("up", up) if up is not None else None                    # [E, I, H]
+    for name, t in (("up", u), ("down", d)):
+        if t is not None and t.shape[0] != g.shape[0]:
+            raise InputError(f"len({name})", t.shape[0], f"{g.shape[0]} (len(gate))", "pass one tensor per expert")
+    if u is not None:
         if u.shape != g.shape:
             raise InputError("up", tuple(u.shape[1:]), f"the shape of gate {tuple(g.shape[1:])}",
                              "gate and up projections have the same shape [I, H]")

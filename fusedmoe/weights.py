@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 
 from .config import MoEConfig, QuantMethod, QuantScheme
-from .errors import InputError
+from .errors import ConfigTypeError, InputError
 
 __all__ = ["ExpertWeights"]
 
@@ -48,6 +48,23 @@ _PACKED = (QuantMethod.INT4_W4A16, QuantMethod.NVFP4, QuantMethod.MXFP4)
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _check_scale_values(name: str, t: Optional[torch.Tensor], *, nan_ok: bool, zero_ok: bool = False) -> None:
+    """Raise InputError when a float scale tensor holds a value <= 0 (< 0 with ``zero_ok``),
+    +-Inf, or NaN (unless ``nan_ok``). Integer scales (mxfp4's e8m0 exponents) are all valid."""
+    if t is None or not t.is_floating_point() or t.device.type == "meta" or t.numel() == 0:
+        return
+    v = t.float() if t.element_size() == 1 else t              # e4m3 compares need a wider type
+    bad = torch.isinf(v) | ((v < 0) if zero_ok else (v <= 0))
+    if not nan_ok:
+        bad |= torch.isnan(v)
+    if bool(bad.any()):
+        i = tuple(int(j) for j in bad.nonzero()[0])
+        accepted = "finite values >= 0" if zero_ok else "finite values > 0"
+        raise InputError(name, f"{float(v[i])} at index {i}", accepted + ("" if nan_ok else " (no NaN)"),
+                         "pass the checkpoint's (calibrated) scales, or quantize with fusedmoe.quantize_experts",
+                         problem="holds a bad scale")
 
 
 @dataclass
@@ -67,6 +84,32 @@ class ExpertWeights:
     a2_scale: Optional[torch.Tensor] = None           # fp8_tensor static input scale of GEMM2, [1] fp32
     w13_bias: Optional[torch.Tensor] = None           # [E, N]
     w2_bias: Optional[torch.Tensor] = None            # [E, H]
+
+    def __post_init__(self):
+        """Types, and the values of the scales: a zero activation scale divides by zero (every
+        output NaN) and a zero or negative weight scale zeroes or flips a channel silently, so
+        both are refused here, once, at load time (this reads the scales: a device sync, never
+        in the forward pass). A NaN weight scale is accepted: it is how ``quantize_experts``
+        carries a NaN weight, and it propagates to the output instead of hiding."""
+        if isinstance(self.scheme, str):
+            self.scheme = QuantScheme.parse(self.scheme)
+        elif not isinstance(self.scheme, QuantScheme):
+            raise ConfigTypeError("scheme", self.scheme, "fusedmoe.QuantScheme or a scheme name such as 'fp8_block'")
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "scheme" or isinstance(v, torch.Tensor):
+                continue
+            if v is not None or f.name in ("w13", "w2"):
+                raise ConfigTypeError(f.name, v, "torch.Tensor" + ("" if f.name in ("w13", "w2") else " or None"),
+                                      "build the weights with fusedmoe.quantize_experts or a from_* loader")
+        if torch.compiler.is_compiling():
+            return
+        for name in ("a13_scale", "a2_scale"):
+            _check_scale_values(name, getattr(self, name), nan_ok=False)
+        for name in ("w13_scale", "w2_scale", "w13_global_scale", "w2_global_scale"):
+            # nvfp4's e4m3 block scales may be 0 (a block that underflowed holds zeros)
+            zero_ok = self.scheme.method == QuantMethod.NVFP4 and name in ("w13_scale", "w2_scale")
+            _check_scale_values(name, getattr(self, name), nan_ok=True, zero_ok=zero_ok)
 
     # ---------------------------------------------------------------------------------------
     @property
@@ -99,6 +142,8 @@ class ExpertWeights:
     # ---------------------------------------------------------------------------------------
     def validate(self, config: MoEConfig) -> None:
         """Check shapes, dtypes and devices against ``config``; raise InputError naming the tensor."""
+        if not isinstance(config, MoEConfig):
+            raise ConfigTypeError("config", config, "fusedmoe.MoEConfig")
         s = self.scheme
         m = s.method
         E = config.num_local_experts
@@ -156,6 +201,14 @@ class ExpertWeights:
                                      f"shape {(E, out)}", "has_bias=True needs w13_bias [E, N] and w2_bias [E, H]")
             elif bias is not None:
                 raise InputError(f"{name}_bias", tuple(bias.shape), [None], "set MoEConfig(has_bias=True) to use biases")
+        if m == QuantMethod.NONE and self.w2.dtype != self.w13.dtype:
+            raise InputError("w2.dtype", self.w2.dtype, [self.w13.dtype],
+                             f"16/32-bit experts use one dtype: cast with w2.to({self.w13.dtype})")
+        for name in ("w13_bias", "w2_bias"):
+            b = getattr(self, name)
+            if b is not None and not b.is_floating_point():
+                raise InputError(f"{name}.dtype", b.dtype, [config.torch_dtype, torch.float32],
+                                 f"cast with {name}.to({config.torch_dtype})")
         if s.static_activation_scale:
             for name in ("a13_scale", "a2_scale"):
                 a = getattr(self, name)
