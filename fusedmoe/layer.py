@@ -23,7 +23,7 @@ from torch import nn
 from . import env
 from .backends.registry import get_spec
 from .config import MoEConfig, QuantScheme
-from .errors import ConfigError, ConfigTypeError, InputError
+from .errors import ConfigError, ConfigTypeError, InputError, check_bool, check_choice, check_int
 from .modular import LocalBatched, ModularKernel, NoEP
 from .modular.interfaces import ActivationFormat
 from .oracle import Selection, select_backend
@@ -61,6 +61,10 @@ def check_inputs(config: MoEConfig, x: torch.Tensor, topk_weights: torch.Tensor,
         raise InputError("x.device", str(x.device), [str(device)], "move x to the device of the weights")
     T = shape[0]
     k = config.top_k
+    for name, t in (("topk_weights", topk_weights), ("topk_ids", topk_ids)):
+        if not isinstance(t, torch.Tensor):
+            raise ConfigTypeError(name, t, f"torch.Tensor [T, top_k] ({'fp32' if name == 'topk_weights' else 'int32'})",
+                                  "route with FusedMoE.route or fusedmoe.reference.routing.route")
     if topk_ids.shape != (T, k):                # torch.Size is a tuple: no tuple() per call
         raise InputError("topk_ids.shape", tuple(topk_ids.shape), f"[{T}, {k}] (T, top_k)",
                          "route with top_k = config.top_k")
@@ -100,7 +104,8 @@ class PreparedExperts:
     data_checks: bool = field(init=False)
 
     def __post_init__(self):
-        self.data_checks = self.weights.device.type == "cpu" or env.debug()
+        debug = env.debug()          # read (and checked) on every device, not only where it matters
+        self.data_checks = self.weights.device.type == "cpu" or debug
 
     def __call__(self, x, topk_weights, topk_ids):
         check_inputs(self.config, x, topk_weights, topk_ids, self.weights.device, self.data_checks)
@@ -133,14 +138,27 @@ def prepare_experts(config: MoEConfig, weights: ExpertWeights, backend: str = "a
                     deterministic: bool = False, fmt: Union[str, ActivationFormat] = "standard",
                     max_num_tokens: Optional[int] = None, shared_experts: Optional[Callable] = None,
                     chunk_size: Optional[int] = None) -> PreparedExperts:
-    """Select a backend for (config, weights.scheme) on the weights' device and build it."""
+    """Select a backend for (config, weights.scheme) on the weights' device and build it.
+
+    ``platform``: None or 'current' (the weights' device), a preset name of the weights'
+    device kind (a GPU name with CPU weights is an error), or a Platform object, taken as
+    given (tests drive a GPU platform's selection on CPU with stand-in kernels)."""
     if not isinstance(config, MoEConfig):
         raise ConfigTypeError("config", config, "fusedmoe.MoEConfig")
     if not isinstance(weights, ExpertWeights):
         raise ConfigTypeError("weights", weights, "fusedmoe.ExpertWeights (see fusedmoe.quantize_experts)")
     weights.validate(config)
-    fmt = ActivationFormat(fmt)
+    _check_prepare_args(backend, deterministic, max_num_tokens, shared_experts, chunk_size)
+    fmt = check_choice("fmt", fmt, ActivationFormat, "'standard' (token-major) or 'batched' (expert-major)")
+    if isinstance(platform, str) and platform.strip().lower() == "current":
+        platform = None                      # this machine's platform for the weights' device
     plat = platform_for(weights.device, platform)
+    if isinstance(platform, str) and plat.kind != weights.device.type:
+        raise ConfigError("platform", platform, f"a platform of the weights' device ({weights.device.type}): "
+                          + ("'current', 'cpu'" if weights.device.type == "cpu" else "'current' or a GPU name"),
+                          "leave platform unset (the weights' device decides); to see what another GPU would run, "
+                          "use select_backend(config, quant, Platform.preset(name)) or `fusedmoe explain --platform`",
+                          problem=f"is a {plat.kind} platform but the weights are on {weights.device}")
     if fmt == ActivationFormat.BATCHED and max_num_tokens is None:
         # the batched buffer is [E_loc, T_max, H]: T_max = the chunk would be 60 GB for
         # DeepSeek-V3 at 16384; 256 tokens per chunk is the decode-sized default (vLLM's DP
@@ -155,6 +173,20 @@ def prepare_experts(config: MoEConfig, weights: ExpertWeights, backend: str = "a
     pf = LocalBatched(max_num_tokens) if fmt == ActivationFormat.BATCHED else NoEP()
     kernel = ModularKernel(pf, experts, shared_experts=shared_experts, chunk_size=chunk_size)
     return PreparedExperts(config, weights, sel, kernel, config.expert_map(weights.device))
+
+
+def _check_prepare_args(backend, deterministic, max_num_tokens, shared_experts, chunk_size) -> None:
+    if not isinstance(backend, str):
+        raise ConfigTypeError("backend", backend, "str: 'auto' or a backend name (`fusedmoe backends` lists them)")
+    check_bool("deterministic", deterministic)
+    if max_num_tokens is not None:
+        # the batched buffer holds max_num_tokens rows per expert: <= 0 would size it to nothing
+        check_int("max_num_tokens", max_num_tokens, min_value=1, hint="rows per expert of the batched buffer, "
+                  f"or None for the default {BATCHED_DEFAULT_MAX_TOKENS}")
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size, min_value=1, hint="or None for FUSEDMOE_CHUNK_SIZE (16384)")
+    if shared_experts is not None and not callable(shared_experts):
+        raise ConfigTypeError("shared_experts", shared_experts, "a callable x [T, H] -> [T, H] (an nn.Module) or None")
 
 
 # ------------------------------------------------------------------------------ custom op
@@ -209,6 +241,9 @@ def _as_weights(weights, w2=None) -> ExpertWeights:
         return weights
     if isinstance(weights, torch.Tensor) and isinstance(w2, torch.Tensor):
         return ExpertWeights(weights, w2)
+    if isinstance(weights, torch.Tensor):
+        raise ConfigTypeError("w2", w2, "torch.Tensor [E, H, I] when weights is the tensor w13",
+                              "pass fused_experts(x, w13, topk_weights, topk_ids, w2=w2)")
     raise ConfigTypeError("weights", weights, "ExpertWeights, or the tensors w13 and w2")
 
 
@@ -222,6 +257,12 @@ def fused_experts(x: torch.Tensor, weights, topk_weights: torch.Tensor, topk_ids
     cached per (weights, config, backend), so repeated calls select once.
     """
     ew = _as_weights(weights, w2)
+    if not isinstance(x, torch.Tensor):
+        raise ConfigTypeError("x", x, "torch.Tensor [T, H]")
+    if not isinstance(topk_ids, torch.Tensor):
+        raise ConfigTypeError("topk_ids", topk_ids, "torch.Tensor [T, top_k] int32")
+    if config is not None and not isinstance(config, MoEConfig):
+        raise ConfigTypeError("config", config, "fusedmoe.MoEConfig or None (inferred from the shapes)")
     if config is None:
         E, N = ew.w13.shape[:2]
         H, I = ew.logical_k("w13"), ew.logical_k("w2")
@@ -252,14 +293,34 @@ class FusedMoE(nn.Module):
                  shared_experts: Optional[nn.Module] = None, fmt: str = "standard",
                  max_num_tokens: Optional[int] = None):
         super().__init__()
+        if not isinstance(config, MoEConfig):
+            raise ConfigTypeError("config", config, "fusedmoe.MoEConfig")
+        if not isinstance(weights, ExpertWeights):
+            raise ConfigTypeError("weights", weights, "fusedmoe.ExpertWeights (see fusedmoe.quantize_experts)")
+        if correction_bias is not None and not isinstance(correction_bias, torch.Tensor):
+            raise ConfigTypeError("correction_bias", correction_bias, f"a float tensor [{config.num_experts}] or None")
         if config.routing.has_correction_bias:
             if correction_bias is None or tuple(correction_bias.shape) != (config.num_experts,):
                 raise InputError("correction_bias", None if correction_bias is None else tuple(correction_bias.shape),
                                  f"fp32 tensor [{config.num_experts}]", "Routing(has_correction_bias=True) needs it")
+            if not correction_bias.is_floating_point():
+                raise InputError("correction_bias.dtype", correction_bias.dtype, [torch.float32],
+                                 "cast with correction_bias.float()")
             correction_bias = correction_bias.float().to(weights.device)
+            # a NaN or Inf bias wins (or loses) every token's selection while the outputs stay
+            # finite: refused once here (a host sync at construction, none per forward)
+            bad = ~torch.isfinite(correction_bias)
+            if bool(bad.any()):
+                e = int(bad.nonzero()[0, 0])
+                raise InputError("correction_bias", f"{float(correction_bias[e])} at expert {e}", "finite values",
+                                 "pass the checkpoint's e_score_correction_bias (a NaN there is a corrupt checkpoint)",
+                                 problem="is not finite")
         elif correction_bias is not None:
             raise InputError("correction_bias", tuple(correction_bias.shape), [None],
                              "set Routing(has_correction_bias=True) to use a correction bias")
+        if config.routing.custom is not None:
+            from .reference.routing import get_routing_fn
+            get_routing_fn(config.routing.custom)        # unknown: an error here, not at the first forward
         self.config = config
         self.shared_experts = shared_experts
         self.prepared = prepare_experts(config, weights, backend, platform=platform, deterministic=deterministic,
@@ -308,9 +369,22 @@ class FusedMoE(nn.Module):
         """-> (topk_weights fp32 [T,k], topk_ids int32 [T,k])."""
         c = self.config
         r = c.routing
+        if not isinstance(x, torch.Tensor):
+            raise ConfigTypeError("x", x, "torch.Tensor [T, H]")
+        if x.dim() != 2 or x.shape[1] != c.hidden_size:   # named before the logits, which are sized by x
+            raise InputError("x.shape", tuple(x.shape), f"[T, {c.hidden_size}]",
+                             "pass hidden states flattened to [tokens, hidden_size]: x.reshape(-1, x.shape[-1])")
+        if not isinstance(router_logits, torch.Tensor):
+            raise ConfigTypeError("router_logits", router_logits, f"torch.Tensor [T, {c.num_experts}]")
         if router_logits.dim() != 2 or router_logits.shape != (x.shape[0], c.num_experts):
             raise InputError("router_logits.shape", tuple(router_logits.shape), f"[{x.shape[0]}, {c.num_experts}]",
                              "one logit per (token, expert)")
+        if not router_logits.is_floating_point():
+            raise InputError("router_logits.dtype", router_logits.dtype, [torch.float32, torch.bfloat16, torch.float16],
+                             "cast with router_logits.float()")
+        if router_logits.device != x.device:
+            raise InputError("router_logits.device", str(router_logits.device), [str(x.device)],
+                             "compute the logits on the device of x")
         if router_logits.is_cuda and r.custom is None and not torch.compiler.is_compiling():
             from .kernels.routing import fused_topk
             return fused_topk(router_logits, c.top_k, sigmoid=r.scoring.value == "sigmoid",

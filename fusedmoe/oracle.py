@@ -23,7 +23,7 @@ from typing import Optional
 from . import env
 from .backends.registry import Reason, registered
 from .config import MoEConfig, QuantMethod, QuantScheme
-from .errors import ConfigError, NoBackendError
+from .errors import ConfigError, ConfigTypeError, NoBackendError, check_bool, check_choice, check_int
 from .modular.interfaces import ActivationFormat
 from .platform import Platform
 
@@ -142,9 +142,16 @@ def select_backend(config: MoEConfig, quant=None, platform=None, requested: Opti
     the argument is "auto". Raises ``NoBackendError`` when nothing (or the requested
     backend) can serve, with each candidate's reasons.
     """
+    if not isinstance(config, MoEConfig):
+        raise ConfigTypeError("config", config, "fusedmoe.MoEConfig")
+    if requested is not None and not isinstance(requested, str):
+        raise ConfigTypeError("backend", requested, "str: 'auto' or a backend name (`fusedmoe backends` lists them)")
+    check_bool("deterministic", deterministic)
+    if max_tokens is not None:
+        check_int("max_tokens", max_tokens, min_value=1)
     quant = QuantScheme.parse(quant)
     platform = Platform.resolve(platform)
-    fmt = ActivationFormat(fmt)
+    fmt = check_choice("fmt", fmt, ActivationFormat, "'standard' (token-major) or 'batched' (expert-major)")
     specs = registered()
     source = "argument"
     if requested in (None, "auto"):

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError
 
 __all__ = ["Platform", "PRESETS"]
 
@@ -72,8 +72,11 @@ class Platform:
 
     @classmethod
     def preset(cls, name: str) -> "Platform":
+        if not isinstance(name, str):
+            raise ConfigTypeError("platform", name, f"str, one of: {', '.join(sorted(PRESETS))}",
+                                  "pass a preset name, 'current', or a Platform")
         try:
-            return PRESETS[name.lower()]
+            return PRESETS[name.strip().lower()]
         except KeyError:
             raise ConfigError("platform", name, sorted(PRESETS), "use 'current' for this machine") from None
 
@@ -84,7 +87,7 @@ class Platform:
     @classmethod
     def resolve(cls, spec) -> "Platform":
         """None/'current' -> probe; a preset name; or a Platform."""
-        if spec is None or spec == "current":
+        if spec is None or (isinstance(spec, str) and spec.strip().lower() == "current"):
             return cls.current()
         if isinstance(spec, Platform):
             return spec
