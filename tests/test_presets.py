@@ -280,7 +280,7 @@ def test_bad_paths(tmp_path):
 def test_shipped_tuned_configs_cover_the_presets(platform, model, tp, scheme, monkeypatch):
     # the package ships a tuned file for every benchmarked (preset, scheme) on both Hopper
     # parts, with entries for every prefill bucket; it is that device's own file, not a sibling's
-    from fusedmoe.backends.triton import launch_configs
+    from fusedmoe.plan import make_launch_configs as launch_configs
     from fusedmoe.config import QuantScheme
     from fusedmoe.platform import Platform
     monkeypatch.delenv("FUSEDMOE_CONFIG_DIR", raising=False)
