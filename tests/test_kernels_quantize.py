@@ -131,22 +131,32 @@ def test_int8_round_half_to_even():
     assert_same(q, q_ref)
 
 
+def _divide(monkeypatch, name: str, rcp: bool) -> dict:
+    """The quantizer's keyword arguments for the division through the scale's reciprocal (rcp) or
+    the IEEE one: ``reciprocal=``; quant_fp8_tensor takes none, so its row launch gets it."""
+    if name != "quant_fp8_tensor":
+        return {"reciprocal": rcp}
+    real = kq._launch_rows
+    monkeypatch.setattr(kq, "_launch_rows", lambda *a, **kw: real(*a, **dict(kw, reciprocal=rcp)))
+    return {}
+
+
 @pytest.mark.parametrize("name,args", QUANTIZERS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rcp", [True, False])
 def test_reciprocal_division_same_codes(monkeypatch, name, args, dtype, rcp):
-    # the division through the scale's reciprocal plus one Markstein correction (quantize.
-    # RECIPROCAL_DIV, the default) and the IEEE division both give bitwise the reference's
+    # the division through the scale's reciprocal plus one Markstein correction (``reciprocal=``,
+    # the default) and the IEEE division both give bitwise the reference's
     # x / s codes: rows of very different magnitudes (bf16 h-like rows of 768 too), -0.0
     # entries (which keep their sign), a NaN and an Inf row
-    monkeypatch.setattr(kq, "RECIPROCAL_DIV", rcp)
+    kw = _divide(monkeypatch, name, rcp)
     x = torch.cat([rand_rows(61, 200, seed=81), rand_rows(3, 200, seed=82) * 1e-20]).to(dtype)
     x[5, :7] = -0.0
     x[9, 3] = float("nan")
     x[12, 150] = float("inf")
     xh = rand_rows(37, 768, dtype, seed=83)
     for xx in (x, xh):
-        q, s = getattr(kq, name)(xx, *args)
+        q, s = getattr(kq, name)(xx, *args, **kw)
         q_ref, s_ref = getattr(ref, name)(xx.cpu(), *args)
         assert_same(s, s_ref)
         assert_same(q, q_ref)
@@ -160,18 +170,18 @@ def test_reciprocal_division_near_ties(monkeypatch, scale, rcp):
     # static scales that are not powers of two, values placed on and around every e4m3
     # midpoint times the scale: quotients within an ulp or two of a tie; int8 rows whose
     # quotients sit on and around the .5 ties. Same codes as the reference's division.
-    monkeypatch.setattr(kq, "RECIPROCAL_DIV", rcp)
+    kw = _divide(monkeypatch, "quant_fp8_tensor", rcp)
     codes = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     mids = (codes[1:] + codes[:-1]) / 2
     v = torch.cat([mids, mids * (1 + 2 ** -23), mids * (1 - 2 ** -23), mids * (1 + 2 ** -22)]) * scale
     x = torch.cat([v, -v]).reshape(4, -1).to(DEVICE)
-    q, _ = kq.quant_fp8_tensor(x, scale)
+    q, _ = kq.quant_fp8_tensor(x, scale, **kw)
     q_ref, _ = ref.quant_fp8_tensor(x.cpu(), scale)
     assert_same(q, q_ref)
     t = torch.arange(-126, 127) + 0.5
     xi = torch.cat([t, t * (1 + 2 ** -23), t * (1 - 2 ** -23), torch.tensor([127.0, -127.0])]) * scale
     xi = xi.reshape(1, -1).to(DEVICE)
-    q, s = kq.quant_int8_token(xi)
+    q, s = kq.quant_int8_token(xi, **_divide(monkeypatch, "quant_int8_token", rcp))
     q_ref, s_ref = ref.quant_int8_token(xi.cpu())
     assert_same(s, s_ref)
     assert_same(q, q_ref)
