@@ -51,6 +51,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -60,8 +61,8 @@ from .errors import ConfigError, ConfigTypeError
 
 __all__ = [
     "GEMM_KEYS", "LaunchConfigs", "config_file_name", "config_tag", "search_dirs", "package_config_dir",
-    "override", "normalize_launch_config", "check_pair", "builtin_default", "MAX_KEY_RATIO", "SIBLING_DEVICES",
-    "VERSIONS_KEY",
+    "override", "normalize_launch_config", "check_pair", "check_file", "read_config_file", "name_fields",
+    "builtin_default", "MAX_KEY_RATIO", "SIBLING_DEVICES", "VERSIONS_KEY",
 ]
 
 log = logging.getLogger("fusedmoe.tuned_configs")
@@ -226,6 +227,52 @@ def check_pair(pair: Pair, tag: str, block_k: Optional[int] = None, where: str =
             raise ConfigError(f"{where}.{g}.BLOCK_SIZE_K", bk, f"a divisor of the blocks' bk={block_k}",
                               "rerun `fusedmoe tune` or fix the file", problem="does not divide the fp8 blocks")
     return pair
+
+
+def read_config_file(path: str) -> dict:
+    """The JSON object in ``path``; a ConfigError naming the file when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError("tuned config file", os.path.basename(path), "a readable JSON file",
+                          "fix or delete it; rerun `fusedmoe tune`",
+                          problem=f"at {path} cannot be read ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("tuned config file", os.path.basename(path), "a JSON object keyed by token counts",
+                          "see fusedmoe/kernels/configs/README.md",
+                          problem=f"at {path} holds a JSON {type(data).__name__}")
+    return data
+
+
+def check_file(data: dict, fname: str, tag: Optional[str], block_k: Optional[int] = None) -> dict:
+    """{T: pair} of a file's own entries, every entry (its Triton sections' too) checked as the
+    kernels need (``check_pair``; skipped where ``tag`` is None); a ConfigError naming the entry
+    otherwise."""
+    table = _parse_table(data, fname)
+    tables = [(fname, table)]
+    sections = data.get(VERSIONS_KEY)
+    if sections is not None:
+        if not isinstance(sections, dict):
+            raise ConfigError(f"{fname}[{VERSIONS_KEY!r}]", type(sections).__name__,
+                              "a JSON object keyed by Triton major.minor", "rerun `fusedmoe tune` or fix the file")
+        for mm, sec in sections.items():
+            where = f"{fname}[{VERSIONS_KEY!r}][{mm!r}]"
+            if not isinstance(sec, dict) or any(str(k).isdigit() for k in sec):   # (meta alone: no entries)
+                tables.append((where, _parse_table(sec, where)))
+    for where, t in tables:
+        for T, pair in t.items():
+            if tag is not None:
+                check_pair(pair, tag, block_k, f"{where}[{str(T)!r}]")
+    return table
+
+
+def name_fields(fname: str) -> tuple:
+    """(tag, block bk or None) of a ``config_file_name``; (None, None) for another name."""
+    m = re.fullmatch(r"E=\d+,N=\d+,device_name=[^,]+,dtype=([^,]+?)(?:,block_shape=\[\d+,(\d+)\])?\.json", fname)
+    if m is None:
+        return None, None
+    return m.group(1), int(m.group(2)) if m.group(2) else None
 
 
 def _split_entry(entry, where: str) -> Pair:
@@ -424,13 +471,8 @@ class LaunchConfigs:
 
     @classmethod
     def _from_file(cls, path, E, N, H, top_k, tag, fname, default_fn, block_k=None) -> "LaunchConfigs":
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ConfigError("tuned config file", path, "a readable JSON file",
-                              f"fix or delete it ({e}); rerun `fusedmoe tune`", problem="cannot be read") from None
-        table = _parse_table(data, fname)
+        data = read_config_file(path)
+        table = check_file(data, fname, tag, block_k)
         fv = data.get("triton_version")
         notes = []
         run = _running_triton_version()
@@ -447,8 +489,6 @@ class LaunchConfigs:
             notes.append(f"{fname} was tuned with Triton {fv}, running {run}: configs are used anyway; "
                          f"retune (`fusedmoe tune`) if this shape is slow")
             log.info("fusedmoe: %s", notes[-1])
-        for T, pair in table.items():
-            check_pair(pair, tag, block_k, f"{fname}[{str(T)!r}]")
         return cls(E, N, H, top_k, tag, fname, table, f"tuned:{path}", tuple(notes), fv, default_fn)
 
     @classmethod

@@ -7,10 +7,12 @@ looks up at construction (format and lookup rules: that module and
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
@@ -18,7 +20,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from . import env
 from . import tuned_configs as tc
 from .config import MoEConfig, QuantMethod, QuantScheme, Routing
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError
 from .tuned_configs import (VERSIONS_KEY, LaunchConfigs, Pair, _major_minor, _mm_str,  # noqa: F401
                             config_file_name, normalize_launch_config, override)
 
@@ -106,8 +108,8 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
     bks = space.get("BLOCK_SIZE_K") or [b for b in ((64, 128, 256) if small else (64, 128))
                                         if b <= max(32, _next_pow2(k_in))]
     if s.method == QuantMethod.FP8_BLOCK:  # block scales are applied per K tile: BK must divide bk
-        bk_blk = s.block_shape[1]
-        bks = space.get("BLOCK_SIZE_K") or [b for b in (64, 128) if bk_blk % b == 0] or [bk_blk]
+        bk_blk = s.block_shape[1]            # else the largest power of two in bk (bk 96: 32)
+        bks = space.get("BLOCK_SIZE_K") or [b for b in (64, 128) if bk_blk % b == 0] or [bk_blk & -bk_blk]
     elif s.group_size and s.method != QuantMethod.NONE:  # K tiles inside one scale group
         bks = space.get("BLOCK_SIZE_K") or [b for b in bks if b <= s.group_size and s.group_size % b == 0] \
             or [s.group_size]
@@ -365,28 +367,56 @@ def _reset_workspaces(pe) -> None:
         reset()
 
 
-def write_config_file(path: str, results: dict, meta: Optional[dict] = None) -> str:
-    """Write {T: {"gemm1", "gemm2"}} (+ meta) to ``path`` atomically. Entries of an existing
-    file tuned with the same Triton major.minor are kept for the T not re-tuned. An existing
-    file tuned under another major.minor is kept whole: the results go to its section for the
-    running Triton (``VERSIONS_KEY``), which the lookup prefers under that Triton."""
-    run = tc._running_triton_version()
-    entries, old_meta, old = {}, {}, None
-    mode = "new"                # "same": the file's own Triton; "section": another Triton's file
-    if os.path.isfile(path):
+@contextlib.contextmanager
+def _file_lock(path: str):
+    """An exclusive lock around a read-merge-write of ``path``: fcntl.flock on ``path + '.lock'``
+    (the file beside it stays: removing it would race with a waiting writer). Where fcntl is
+    missing (Windows) there is no lock."""
+    try:
+        import fcntl  # noqa: PLC0415
+    except ImportError:
+        yield
+        return
+    with open(path + ".lock", "a", encoding="utf-8") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
-            with open(path, encoding="utf-8") as f:
-                old = json.load(f)
-            fv = old.get("triton_version")
-            if _major_minor(fv) == _major_minor(run):
-                mode, src = "same", old
-            elif fv is not None and _mm_str(run) is not None and any(str(k).isdigit() for k in old):
-                mode, src = "section", (old.get(VERSIONS_KEY) or {}).get(_mm_str(run)) or {}
-            if mode != "new":
-                entries = {int(k): v for k, v in src.items() if str(k).isdigit()}
-                old_meta = src.get("meta") if isinstance(src.get("meta"), dict) else {}
-        except (OSError, ValueError, AttributeError):
-            entries, old_meta, mode = {}, {}, "new"
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def existing_file(path: str, force: bool = False) -> Optional[dict]:
+    """The tuned file at ``path`` to merge into, None when there is none. A file the lookup
+    would ignore (unreadable, not JSON, an entry that fails its checks) is a ConfigError
+    naming it, unless ``force``: then it is None and the write replaces it."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        data = tc.read_config_file(path)
+        tc.check_file(data, os.path.basename(path), *tc.name_fields(os.path.basename(path)))
+    except (ConfigError, ConfigTypeError) as e:
+        if force:
+            log.warning("fusedmoe: replacing the malformed tuned config file %s (force): %s", path, e)
+            return None
+        raise ConfigError("tuned config file", os.path.basename(path),
+                          "a tuned config file fusedmoe can read, or none",
+                          "fix it or move it away, or overwrite it with force=True (`fusedmoe tune --force`)",
+                          problem=f"at {path} is malformed, refusing to overwrite it ({e})") from None
+    return data
+
+
+def _merged(old: Optional[dict], results: dict, meta: Optional[dict], run: Optional[str]) -> dict:
+    """The file to write: ``results`` merged into ``old`` (see ``write_config_file``)."""
+    entries, old_meta = {}, {}
+    mode = "new"                # "same": the file's own Triton; "section": another Triton's file
+    if old is not None:
+        fv = old.get("triton_version")
+        if fv is None or _major_minor(fv) == _major_minor(run) or _mm_str(run) is None:
+            mode, src = "same", old
+        else:
+            mode, src = "section", (old.get(VERSIONS_KEY) or {}).get(_mm_str(run)) or {}
+        entries = {int(k): v for k, v in src.items() if str(k).isdigit()}
+        old_meta = src.get("meta") if isinstance(src.get("meta"), dict) else {}
     entries.update({int(T): v for T, v in results.items()})
     data = {"triton_version": run}
     for T in sorted(entries):
@@ -402,19 +432,61 @@ def write_config_file(path: str, results: dict, meta: Optional[dict] = None) -> 
     elif mode == "section":
         data.pop("triton_version")
         data = {**old, VERSIONS_KEY: {**(old.get(VERSIONS_KEY) or {}), _mm_str(run): data}}
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    return data
+
+
+def _replace(path: str, data: dict, mode: int) -> None:
+    """Write ``data`` to a temporary file of its own beside ``path``, then rename it over
+    ``path``: a reader sees the old file or the new one, never a part, and a failed write
+    leaves the old one as it was."""
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)                            # mkstemp makes it private (0600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_config_file(path: str, results: dict, meta: Optional[dict] = None, *, force: bool = False) -> str:
+    """Write {T: {"gemm1", "gemm2"}} (+ meta) to ``path`` atomically. Entries of an existing
+    file tuned with the same Triton major.minor are kept for the T not re-tuned. An existing
+    file tuned under another major.minor is kept whole: the results go to its section for the
+    running Triton (``VERSIONS_KEY``), which the lookup prefers under that Triton.
+
+    Concurrent writers of one file (several ``fusedmoe tune`` runs) serialize on a lock beside
+    it, so each one's entries survive. An existing file the lookup would ignore is not
+    overwritten unless ``force``. Failures to read or write are ConfigErrors naming the path."""
+    path = os.path.abspath(path)
+    tag, block_k = tc.name_fields(os.path.basename(path))
+    for T, v in results.items():        # never write what the lookup would ignore
+        pair = tc._split_entry(v, f"results[{T!r}]")
+        if tag is not None:
+            tc.check_pair(pair, tag, block_k, f"results[{T!r}]")
+    try:
+        with _file_lock(path):
+            old = existing_file(path, force)
+            mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
+            _replace(path, _merged(old, results, meta, tc._running_triton_version()), mode)
+    except OSError as e:
+        raise ConfigError("tuned config file", os.path.basename(path),
+                          "a path in a folder this process can write",
+                          "check the folder's permissions and free space, or write elsewhere (--out-dir or "
+                          "FUSEDMOE_CONFIG_DIR)", problem=f"cannot be written at {path} ({e})") from None
     tc._WARNED.discard(os.path.basename(path))
+    tc._WARNED.discard(path)
     return path
 
 
 def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_TOKENS, *, platform=None,
          search_space: Optional[dict] = None, out_dir: Optional[str] = None, progress: bool = True,
          skew: Optional[float] = None, backend: Optional[str] = None, seed: int = 0,
-         budget_ms: float = 60.0) -> str:
+         budget_ms: float = 60.0, force: bool = False) -> str:
     """Measure launch configs for ``config`` x ``scheme`` at each T in ``tokens``; write the JSON; return its path.
 
     Per T: realistic routing (random logits -> softmax top-k; with ``skew`` = alpha, expert
@@ -423,20 +495,30 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
     The Triton backend's whole experts forward runs under ``override(pair)``, captured in a CUDA
     graph (median of replays); ``search_point`` says what is searched. The winner is checked
     against ``reference_moe``. ``search_space``: {key: [values]} replacing the generated values.
-    The file also records, per T, the tuned and the default configs' times.
+    The file also records, per T, the tuned and the default configs' times. ``force``: replace
+    an existing file that cannot be read instead of refusing (``write_config_file``).
     """
     from .bench import harness  # noqa: PLC0415
     from .platform import Platform  # noqa: PLC0415
     plat = Platform.resolve(platform)
+    s = QuantScheme.parse(scheme)
     if plat.kind != "cuda":
         raise ConfigError("platform", plat.name, "a CUDA GPU", "run `fusedmoe tune` on the GPU the configs are for")
-    s = QuantScheme.parse(scheme)
     tokens = sorted({int(t) for t in tokens})
     if not tokens or tokens[0] < 1:
         raise ConfigError("tokens", tokens, "positive token counts", "e.g. --tokens 1,16,64,256,1024,4096")
     cfg = config.replace(routing=Routing())  # the experts stage only; routing is generated here
     out_dir = out_dir or env.config_dir() or tc.package_config_dir()
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError("out_dir", out_dir, "a folder this process can create and write",
+                          "pick another folder (--out-dir or FUSEDMOE_CONFIG_DIR)",
+                          problem=f"cannot be created ({e})") from None
+    E, k, H, N13, I = cfg.num_local_experts, cfg.top_k, cfg.hidden_size, cfg.n13, cfg.intermediate_size
+    fname = config_file_name(E, I, plat.device_name, s, cfg.dtype)
+    if not force:
+        existing_file(os.path.join(out_dir, fname))          # refuse now, not after the measurements
     import torch  # noqa: PLC0415
     from .layer import prepare_experts  # noqa: PLC0415
 
@@ -444,8 +526,6 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
     weights = harness.make_weights(cfg, s, device, seed=seed)
     backend = backend or _tuning_backend(s)
     pe = prepare_experts(cfg, weights, backend=backend, platform=plat)
-    E, k, H, N13, I = cfg.num_local_experts, cfg.top_k, cfg.hidden_size, cfg.n13, cfg.intermediate_size
-    fname = config_file_name(E, I, plat.device_name, s, cfg.dtype)
     backend_lc = getattr(getattr(getattr(pe, "kernel", None), "experts", None), "lc", None)
     if isinstance(backend_lc, LaunchConfigs):   # the backend's own defaults (what runs untuned)
         defaults = backend_lc.defaults_only()
@@ -506,4 +586,4 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
             "scheme": s.name, "routing": "uniform" if skew is None else f"dirichlet(alpha={skew})",
             "torch": torch.__version__, "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "seconds": round(time.perf_counter() - t_start, 1), "points": points}
-    return write_config_file(os.path.join(out_dir, fname), results, meta)
+    return write_config_file(os.path.join(out_dir, fname), results, meta, force=force)

@@ -4,7 +4,9 @@ No GPU needed: the tuner's search is driven with a fake cost model; ``tune`` its
 """
 import json
 import logging
+import multiprocessing
 import os
+import threading
 
 import pytest
 
@@ -603,6 +605,113 @@ def test_write_under_another_triton_keeps_the_file_and_adds_its_section(isolated
     data = json.load(open(path))
     assert set(k for k in data if k.isdigit()) == {"16", "4096"} and data["triton_version"] == "3.6.2"
     assert data["triton_versions"]["3.9"]["16"]["gemm1"]["BLOCK_SIZE_M"] == 64
+
+
+# ------------------------------------------------------------------------------------------- the writer
+def _write_many(path, first, n, errors):
+    try:
+        for T in range(first, first + n):
+            tuner.write_config_file(path, {T: {"gemm1": full(16), "gemm2": full(32)}}, {"points": {str(T): {}}})
+    except BaseException as e:          # a thread's exception would otherwise vanish
+        errors.append(e)
+        raise
+
+
+@pytest.mark.parametrize("how", ["threads", "processes"])
+def test_concurrent_writers_lose_no_entry(isolated, how):
+    # two `fusedmoe tune` runs on one file: each read-merge-write holds the lock beside it
+    user, _ = isolated
+    path = os.path.join(str(user), config_file_name(8, 14336, DEV))
+    errors = []
+    if how == "threads":
+        workers = [threading.Thread(target=_write_many, args=(path, first, 200, errors)) for first in (1, 1001)]
+    else:
+        ctx = multiprocessing.get_context("fork")
+        workers = [ctx.Process(target=_write_many, args=(path, first, 200, errors)) for first in (1, 1001)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=300)
+    assert not errors and all(getattr(w, "exitcode", 0) == 0 for w in workers)
+    data = json.load(open(path))
+    want = set(range(1, 201)) | set(range(1001, 1201))
+    assert {int(k) for k in data if k.isdigit()} == want
+    assert {int(k) for k in data["meta"]["points"]} == want
+    assert [n for n in os.listdir(str(user)) if not n.endswith((".json", ".lock"))] == []    # no temp files
+    assert load().is_tuned
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"1": cfg(16, 48)}), json.dumps(["x"])])
+def test_writer_refuses_to_overwrite_a_malformed_file_unless_forced(isolated, content):
+    user, _ = isolated
+    path = os.path.join(str(user), config_file_name(8, 14336, DEV))
+    with open(path, "w") as f:
+        f.write(content)
+    with pytest.raises(ConfigError) as ei:
+        tuner.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}})
+    assert path in str(ei.value) and "refusing to overwrite" in str(ei.value) and "--force" in str(ei.value)
+    assert open(path).read() == content
+    tuner.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}}, force=True)
+    assert set(json.load(open(path))) == {"triton_version", "16"} and load().is_tuned
+
+
+def test_a_failed_rename_leaves_the_old_file_intact(isolated, monkeypatch):
+    # an interrupted write: the new content never replaces the old file, and no temp file stays
+    user, _ = isolated
+    path = os.path.join(str(user), config_file_name(8, 14336, DEV))
+    tuner.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}})
+    before = open(path).read()
+
+    def fail(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(ConfigError) as ei:
+        tuner.write_config_file(path, {256: {"gemm1": full(64), "gemm2": full(64)}})
+    monkeypatch.undo()
+    assert f"cannot be written at {path} (" in str(ei.value) and "No space" in str(ei.value)
+    assert open(path).read() == before
+    assert sorted(os.listdir(str(user))) == sorted([os.path.basename(path), os.path.basename(path) + ".lock"])
+
+
+def test_an_unwritable_place_is_a_user_error_naming_it(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    path = str(blocker / config_file_name(8, 14336, DEV))          # its folder is a file
+    with pytest.raises(ConfigError) as ei:
+        tuner.write_config_file(path, {16: {"gemm1": full(16), "gemm2": full(32)}})
+    assert path in str(ei.value) and "cannot be written" in str(ei.value)
+
+
+def test_writer_refuses_entries_the_lookup_would_ignore(isolated):
+    user, _ = isolated
+    path = os.path.join(str(user), config_file_name(8, 14336, DEV, "fp8_block"))
+    with pytest.raises(ConfigError, match="does not divide the fp8 blocks"):
+        tuner.write_config_file(path, {16: {"gemm1": full(16, bk=256), "gemm2": full(16)}})
+    assert not os.path.exists(path)
+
+
+def test_fp8_block_candidates_are_powers_of_two_dividing_bk():
+    for bk, want in ((128, [64, 128]), (96, [32]), (32, [32])):
+        cands = tuner.candidate_configs(4096, 8, 2, 256, 512, scheme=f"fp8_block:b128x{bk}")
+        assert sorted({c["BLOCK_SIZE_K"] for c in cands}) == want
+
+
+# ------------------------------------------------------------------------------------------- tune
+def test_tune_cli_passes_force(monkeypatch, tmp_path):
+    import fusedmoe.tuner as tuner_mod
+    from fusedmoe.cli.main import main
+    seen = {}
+
+    def fake_tune(config, scheme, tokens, **kw):
+        seen.update(kw)
+        path = os.path.join(str(tmp_path), "x.json")
+        tuner.write_config_file(path, {1: {"gemm1": full(16), "gemm2": full(16)}})
+        return path
+    monkeypatch.setattr(tuner_mod, "tune", fake_tune)
+    assert main(["tune", "--shape", "8,2,256,128", "--tokens", "1", "--force", "--no-progress"]) == 0
+    assert seen["force"] is True
+    assert main(["tune", "--shape", "8,2,256,128", "--tokens", "1", "--no-progress"]) == 0
+    assert seen["force"] is False
 
 
 def test_tune_refuses_cpu():

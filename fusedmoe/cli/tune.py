@@ -29,6 +29,8 @@ def add_arguments(p) -> None:
                    help="tune on Dirichlet(ALPHA)-skewed routing (distribution-aware, FlashInfer #4106)")
     p.add_argument("--backend", default=None, help="Triton backend to time (default: triton, or triton_weight_only)")
     p.add_argument("--budget-ms", type=float, default=60.0, help="timing budget per candidate (ms)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing config file that is unreadable or malformed (default: refuse, saying why)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="print (or write to PATH) the result as JSON")
@@ -52,7 +54,7 @@ def main(args) -> int:
     tokens = [int(t) for t in _csv(args.tokens)]
     path = tune(config, scheme, tokens, platform=Platform.current(), out_dir=args.out_dir,
                 progress=not args.no_progress, skew=args.skew, backend=args.backend, seed=args.seed,
-                budget_ms=args.budget_ms)
+                budget_ms=args.budget_ms, force=args.force)
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     points = data.get("meta", {}).get("points", {})
