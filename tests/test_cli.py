@@ -230,15 +230,14 @@ def test_python_m_help_lists_commands():
 
 
 def test_explain_auto_w8a8_decode_per_bucket(monkeypatch):
-    # the default FUSEDMOE_W8A8_DECODE=auto: deepseek-v3 tp8 fp8_block (E 256: up to 128
+    # the default w8a8_decode 'auto': deepseek-v3 tp8 fp8_block (E 256: up to 128
     # pairs) runs T=1 with 16-bit activations, T=16 on the tensor-core GEMMs in the PDL chain,
     # T=64 on the grouped path
     from fusedmoe.backends.triton import _variants
     from fusedmoe.config import QuantScheme
     from fusedmoe.platform import Platform
     from fusedmoe.presets import get_preset
-    monkeypatch.delenv("FUSEDMOE_W8A8_DECODE", raising=False)
-    monkeypatch.delenv("FUSEDMOE_DECODE_TILES", raising=False)
+    monkeypatch.delenv("FUSEDMOE_PLAN", raising=False)
     cfg = get_preset("deepseek-v3").to_config(tp=8)
     rows = _variants(cfg, QuantScheme.parse("fp8_block"), Platform.resolve("h100"))
     assert "16-bit activations" in rows["T=1"] and "tensor cores" not in rows["T=1"]
@@ -269,9 +268,7 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     from fusedmoe.config import QuantScheme
     from fusedmoe.platform import Platform
     from fusedmoe.presets import get_preset
-    for key in ("FUSEDMOE_W8A8_DECODE", "FUSEDMOE_DECODE_SHARE", "FUSEDMOE_DECODE_PAIRS", "FUSEDMOE_DECODE_W4",
-                "FUSEDMOE_TC_L2_PRE", "FUSEDMOE_DECODE_PDL"):
-        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("FUSEDMOE_PLAN", raising=False)
     qwen = get_preset("qwen3-30b-a3b").to_config()
     h100 = _variants(qwen, QuantScheme.parse("fp8_channel"), Platform.resolve("h100"))
     assert [k for k in h100 if k.startswith("T=")][:6] == ["T=1", "T=2", "T=3", "T=4", "T=8", "T=16"]
@@ -292,20 +289,20 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     assert "int32 words" not in ds["T=1"]                          # block scales: element loads
     assert not any("read once" in v for k, v in ds.items() if k.startswith("T="))
     # deepseek tp8's tc GEMM1 at T = 3, 4 on the H100 and the H200 steps two 128-wide scale groups at
-    # a time (kernels/decode_tc.py TC_GEMM1_BLOCK_GROUPS, measured on both); not at T = 8
+    # a time (plan.DeviceFacts.tc_gemm1_block_groups, measured on both); not at T = 8
     assert "K steps read 2 scale groups of 128 each (3 stages" in ds["T=3"] and "scale groups" in ds["T=4"]
     assert "scale groups" not in ds["T=8"] and "scale groups" not in ds["T=2"]
     ds2 = _variants(get_preset("deepseek-v3").to_config(tp=8), QuantScheme.parse("fp8_block"), Platform.resolve("h200"))
     assert "tensor cores" in ds2["T=3"] and "K steps read 2 scale groups of 128" in ds2["T=3"]
-    # block scales read as words on the H200 only (faster there, slower on the H100: session 36)
+    # block scales read as words on the H200 only (faster there, slower on the H100)
     assert "int32 words" in ds2["T=1"] and "int32 words" not in ds2["T=2"]
     # the tc chain's L2 hints (kernels/decode_tc.py L2_PRE): GEMM1's, on the H100 and the H200 (measured
-    # there), not where GEMM1 shares experts or the math is a16; FUSEDMOE_TC_L2_PRE overrides
-    from fusedmoe.backends.triton import decode_pdl_ok
-    if decode_pdl_ok(Platform.resolve("h100")):
+    # there), not where GEMM1 shares experts or the math is a16; FUSEDMOE_PLAN tc_l2_pre overrides
+    from fusedmoe.plan import pdl_ok
+    if pdl_ok(Platform.resolve("h100")):
         assert "first 4 lines of its weight rows" in ds["T=3"] and "L2" not in ds["T=2"]
         assert "L2" not in h100["T=8"] and "first 4 lines of its weight rows" in h200["T=3"]
-        monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", "2,1")
+        monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps({"tc_l2_pre": [2, 1]}))
         ds = _variants(get_preset("deepseek-v3").to_config(tp=8), QuantScheme.parse("fp8_block"),
                        Platform.resolve("h200"))
         assert "first 2 lines of its weight rows and GEMM2 for its first 1 slots' rows" in ds["T=3"]
@@ -322,22 +319,22 @@ def test_explain_w8a8_decode_rows_per_platform(monkeypatch):
     ("fp8_channel", "auto", "GEMM2 a programmatic dependent launch")])     # auto: T=1 is a16
 def test_explain_says_how_decode_launches_are_chained(quant, mode, want, monkeypatch):
     # the selection report's decode row names the PDL chaining the backend will use on an
-    # H100 (W8A8 with FUSEDMOE_W8A8_DECODE=a8: the quantization launches join the chain, none
-    # for fp8_tensor: its dynamic scale takes two kernels), none with FUSEDMOE_DECODE_PDL=0 or
+    # H100 (W8A8 with w8a8_decode 'a8': the quantization launches join the chain, none
+    # for fp8_tensor: its dynamic scale takes two kernels), none with decode_pdl false or
     # on a CPU platform; a16 (the default) says the activations stay 16-bit
     from fusedmoe.backends.triton import _variants
     from fusedmoe.config import QuantScheme
     from fusedmoe.platform import Platform
     from fusedmoe.presets import get_preset
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)
+    monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps({"w8a8_decode": mode}))
     cfg = get_preset("qwen3-30b-a3b").to_config()
     row = _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))["T=1"]
     assert ("16-bit activations" in row) == (quant != "none" and mode in ("a16", "auto"))
     row = _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))["T=1"]
     assert row.startswith("decode kernels")
     assert (want in row) if want else ("programmatic" not in row)
-    monkeypatch.setenv("FUSEDMOE_DECODE_PDL", "0")
+    monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps({"w8a8_decode": mode, "decode_pdl": False}))
     assert "programmatic" not in _variants(cfg, QuantScheme.parse(quant), Platform.resolve("h100"))["T=1"]
-    monkeypatch.delenv("FUSEDMOE_DECODE_PDL")
+    monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps({"w8a8_decode": mode}))
     cpu = Platform("cpu", "cpu", None, 0.0, 2, True, True)
     assert "programmatic" not in _variants(cfg, QuantScheme.parse(quant), cpu)["T=1"]
