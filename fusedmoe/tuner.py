@@ -244,9 +244,22 @@ def candidate_configs(T: int, E: int, top_k: int, n_out: int, k_in: int, *, gemm
 # ----------------------------------------------------------------------------------------------
 # the tuner
 # ----------------------------------------------------------------------------------------------
-def _tuning_backend(scheme: QuantScheme) -> str:
-    weight_only = (QuantMethod.INT8_W8A16, QuantMethod.INT4_W4A16, QuantMethod.FP8_W8A16, QuantMethod.MXFP4)
-    return "triton_weight_only" if scheme.method in weight_only else "triton"
+def check_tunable(config: MoEConfig, scheme: QuantScheme, platform) -> None:
+    """A ConfigError unless the ``triton`` backend (the one that reads tuned launch configs)
+    runs ``scheme``; it names the backend that serves the scheme instead."""
+    from .backends.registry import get_spec  # noqa: PLC0415
+    from .errors import FusedMoEError  # noqa: PLC0415
+    from .oracle import select_backend  # noqa: PLC0415
+    tunable = get_spec("triton").quant_methods
+    if scheme.method in tunable:
+        return
+    try:
+        served = f"'{select_backend(config, scheme, platform, log_once=False).winner}' serves it on {platform.name}"
+    except FusedMoEError:
+        served = f"no backend serves it on {platform.name} (`fusedmoe explain` says why)"
+    raise ConfigError("quant", scheme.name, sorted(q.value for q in tunable),
+                      f"{served} without tuned launch configs; tune one of the accepted schemes",
+                      problem="has no tunable Triton kernel yet")
 
 
 def _tma_available() -> bool:
@@ -497,11 +510,14 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
     against ``reference_moe``. ``search_space``: {key: [values]} replacing the generated values.
     The file also records, per T, the tuned and the default configs' times. ``force``: replace
     an existing file that cannot be read instead of refusing (``write_config_file``).
+    Schemes the ``triton`` backend does not run have nothing to tune: a ConfigError says which
+    backend serves them.
     """
     from .bench import harness  # noqa: PLC0415
     from .platform import Platform  # noqa: PLC0415
     plat = Platform.resolve(platform)
     s = QuantScheme.parse(scheme)
+    check_tunable(config, s, plat)
     if plat.kind != "cuda":
         raise ConfigError("platform", plat.name, "a CUDA GPU", "run `fusedmoe tune` on the GPU the configs are for")
     tokens = sorted({int(t) for t in tokens})
@@ -524,7 +540,7 @@ def tune(config: MoEConfig, scheme="none", tokens: Sequence[int] = DEFAULT_TUNE_
 
     device = torch.device("cuda")
     weights = harness.make_weights(cfg, s, device, seed=seed)
-    backend = backend or _tuning_backend(s)
+    backend = backend or "triton"
     pe = prepare_experts(cfg, weights, backend=backend, platform=plat)
     backend_lc = getattr(getattr(getattr(pe, "kernel", None), "experts", None), "lc", None)
     if isinstance(backend_lc, LaunchConfigs):   # the backend's own defaults (what runs untuned)

@@ -697,6 +697,15 @@ def test_fp8_block_candidates_are_powers_of_two_dividing_bk():
 
 
 # ------------------------------------------------------------------------------------------- tune
+@pytest.mark.parametrize("scheme", ["int8_w8a16", "int4_w4a16", "fp8_w8a16", "mxfp4"])
+def test_tune_says_a_scheme_has_no_tunable_kernel_and_who_serves_it(builtin_only, scheme):
+    with pytest.raises(ConfigError) as ei:
+        tuner.tune(MoEConfig(8, 2, 256, 128), scheme, [1], platform=H100)
+    msg = str(ei.value)
+    assert "has no tunable Triton kernel yet" in msg and "'emulation' serves it on" in msg
+    assert "triton_weight_only" not in msg and "fp8_block" in msg       # the tunable schemes are listed
+
+
 def test_tune_cli_passes_force(monkeypatch, tmp_path):
     import fusedmoe.tuner as tuner_mod
     from fusedmoe.cli.main import main

@@ -27,7 +27,8 @@ def add_arguments(p) -> None:
     p.add_argument("--out-dir", default=None, help="folder to write into (default: FUSEDMOE_CONFIG_DIR or the package's)")
     p.add_argument("--skew", type=float, default=None, metavar="ALPHA",
                    help="tune on Dirichlet(ALPHA)-skewed routing (distribution-aware, FlashInfer #4106)")
-    p.add_argument("--backend", default=None, help="Triton backend to time (default: triton, or triton_weight_only)")
+    p.add_argument("--backend", default=None,
+                   help="backend to time (default: triton, the one that reads tuned configs)")
     p.add_argument("--budget-ms", type=float, default=60.0, help="timing budget per candidate (ms)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing config file that is unreadable or malformed (default: refuse, saying why)")
