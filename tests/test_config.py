@@ -6,6 +6,10 @@ Legend: E experts, k top-k, H hidden, I intermediate.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -311,13 +315,62 @@ def test_env_backend_and_disabled(monkeypatch):
     assert set(env.VARIABLES) >= {"FUSEDMOE_BACKEND", "FUSEDMOE_DISABLE_BACKENDS", "FUSEDMOE_CHUNK_SIZE"}
 
 
-def test_env_w8a8_decode(monkeypatch):
-    assert env.w8a8_decode() == "auto"                         # the default
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", " A8 ")
-    assert env.w8a8_decode() == "a8"
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
-    assert env.w8a8_decode() == "tc"
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "fp8")
-    with pytest.raises(ConfigError, match="FUSEDMOE_W8A8_DECODE='fp8'.*a16.*Fix"):
-        env.w8a8_decode()
-    assert "FUSEDMOE_W8A8_DECODE" in env.VARIABLES
+def test_env_plan_w8a8_decode(monkeypatch):
+    # the W8A8 decode math through FUSEDMOE_PLAN (fusedmoe/plan.py PlanOverride; case-insensitive)
+    from fusedmoe import plan
+    assert plan.override().w8a8_decode == "auto"               # the default
+    monkeypatch.setenv("FUSEDMOE_PLAN", ' {"w8a8_decode": "A8"} ')
+    assert plan.override().w8a8_decode == "a8"
+    monkeypatch.setenv("FUSEDMOE_PLAN", '{"w8a8_decode": "tc"}')
+    assert plan.override().w8a8_decode == "tc"
+    monkeypatch.setenv("FUSEDMOE_PLAN", '{"w8a8_decode": "fp8"}')
+    with pytest.raises(ConfigError, match=r"FUSEDMOE_PLAN\['w8a8_decode'\]='fp8'.*a16.*Fix"):
+        plan.override()
+    assert "FUSEDMOE_PLAN" in env.VARIABLES
+
+
+def test_env_config_dir(monkeypatch, tmp_path):
+    assert env.config_dir() is None
+    monkeypatch.setenv("FUSEDMOE_CONFIG_DIR", "  ")
+    assert env.config_dir() is None                            # blank = unset
+    monkeypatch.setenv("FUSEDMOE_CONFIG_DIR", f" {tmp_path} ")
+    assert env.config_dir() == str(tmp_path)
+
+
+@pytest.fixture
+def _fusedmoe_logger_level():
+    log = logging.getLogger("fusedmoe")
+    level = log.level
+    yield log
+    log.setLevel(level)
+
+
+def test_env_log_level(monkeypatch, _fusedmoe_logger_level):
+    # FUSEDMOE_LOG_LEVEL: the `fusedmoe` logger's level (WARNING unset), applied by env.apply_log_level
+    # (at import, and by callers that changed it); case-insensitive; another value is a ConfigError
+    log = _fusedmoe_logger_level
+    assert env.log_level() == "WARNING" and "FUSEDMOE_LOG_LEVEL" in env.VARIABLES
+    env.apply_log_level()
+    assert log.level == logging.WARNING
+    for value, level in (("", logging.WARNING), (" info ", logging.INFO), ("DEBUG", logging.DEBUG),
+                         ("error", logging.ERROR), ("CRITICAL", logging.CRITICAL)):
+        monkeypatch.setenv("FUSEDMOE_LOG_LEVEL", value)
+        env.apply_log_level()
+        assert log.level == level and env.log_level() == logging.getLevelName(level), value
+    monkeypatch.setenv("FUSEDMOE_LOG_LEVEL", "loud")
+    with pytest.raises(ConfigError, match="FUSEDMOE_LOG_LEVEL='LOUD'.*DEBUG, INFO, WARNING, ERROR, CRITICAL.*Fix"):
+        env.log_level()
+    with pytest.raises(ConfigError, match="FUSEDMOE_LOG_LEVEL"):
+        env.apply_log_level()
+    assert log.level == logging.CRITICAL                       # the last good value stays
+
+
+def test_env_log_level_at_import():
+    # applied when fusedmoe is imported; a bad value does not make the package unimportable (a warning)
+    code = "import logging, fusedmoe; print(logging.getLogger('fusedmoe').getEffectiveLevel())"
+    for value, want in (("info", "20"), ("loud", "30")):
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, FUSEDMOE_LOG_LEVEL=value))
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split()[-1] == want, (value, p.stdout)
+        assert ("FUSEDMOE_LOG_LEVEL='LOUD'" in p.stderr) == (value == "loud"), p.stderr
