@@ -33,6 +33,7 @@ and the file. ``quantization_config`` becomes the native scheme name:
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -42,6 +43,8 @@ from .errors import ConfigError, ConfigTypeError, check_choice, check_int
 
 __all__ = ["ModelPreset", "PRESETS", "get_preset", "load_hf_config", "preset_from_hf_dict", "HF_MODEL_TYPES"]
 
+log = logging.getLogger("fusedmoe")
+
 
 @dataclass(frozen=True)
 class ModelPreset:
@@ -50,6 +53,8 @@ class ModelPreset:
     ``quant`` is the checkpoint's native scheme (a ``QuantScheme.parse`` string, e.g.
     'fp8_block', 'mxfp4', 'none'). ``swiglu_limit`` is the activation clamp: for swigluoai it
     becomes ``MoEConfig.swigluoai_limit``, for silu ``MoEConfig.swiglu_limit``.
+    ``quant_note``: why ``quant`` differs from what the checkpoint holds (a config.json whose
+    quantization_config has no fusedmoe scheme); empty otherwise. The CLI prints it.
     """
 
     name: str
@@ -65,6 +70,7 @@ class ModelPreset:
     num_shared_experts: int = 0
     notes: str = ""
     swiglu_limit: Optional[float] = None
+    quant_note: str = ""
 
     def __post_init__(self):
         for name in ("num_experts", "top_k", "hidden_size", "intermediate_size"):
@@ -79,6 +85,17 @@ class ModelPreset:
     @property
     def quant_scheme(self) -> QuantScheme:
         return QuantScheme.parse(self.quant)
+
+    def fitting_tps(self, quant=None, candidates=(1, 2, 4, 8, 16, 32, 64)) -> list[int]:
+        """The tensor-parallel sizes (of ``candidates``) whose shard ``quant`` (default: the
+        native scheme) can hold: tp divides intermediate_size, and the scheme's K-group (4-bit
+        packing) divides hidden_size and intermediate_size / tp. gpt-oss's I = 2880 at tp 4 is
+        720, not a multiple of mxfp4's 32: [1, 2]."""
+        m = QuantScheme.parse(self.quant if quant is None else quant).k_multiple
+        if self.hidden_size % m:
+            return []
+        I = self.intermediate_size
+        return [tp for tp in candidates if I % tp == 0 and (I // tp) % m == 0]
 
     def to_config(self, tp: int = 1, dtype="bfloat16", **overrides) -> MoEConfig:
         """The MoEConfig of one tensor-parallel shard: intermediate_size / tp.
@@ -267,8 +284,11 @@ def _quant(qc: Any, source: str) -> tuple[str, str]:
     if method == "fp8":
         block = qc.get("weight_block_size")
         if block:
-            note = "" if list(block) == [128, 128] else f"; fp8 weight blocks {list(block)}"
-            return "fp8_block", note
+            if not (isinstance(block, list) and len(block) == 2
+                    and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+                raise ConfigError("weight_block_size", block, "[bn, bk], two positive ints (in quantization_config)",
+                                  f"{source}: DeepSeek-V3 checkpoints hold [128, 128]")
+            return "fp8_block" if block == [128, 128] else f"fp8_block:b{block[0]}x{block[1]}", ""
         return ("fp8_tensor:static" if qc.get("activation_scheme") == "static" else "fp8_tensor"), ""
     if method == "fbgemm_fp8":
         return "fp8_channel", ""
@@ -285,7 +305,8 @@ def _quant(qc: Any, source: str) -> tuple[str, str]:
         if bits == 4 and group in (32, 64, 128):
             zp = (not qc.get("sym", True)) if method == "gptq" else bool(qc.get("zero_point", True))
             return f"int4_w4a16:g{group}" + (":zp" if zp else ""), ""
-    return "none", f"; quantization_config {method or '?'!r} not recognized, quant treated as 'none'"
+    return "none", (f"quantization_config {method or '?'!r} not recognized, quant treated as 'none': the layer "
+                    "is modelled with 16-bit weights, not the checkpoint's format; pick a scheme with --quant")
 
 
 def _ct_scheme(group: Any) -> Optional[str]:
@@ -331,8 +352,8 @@ def _compressed_tensors(qc: dict) -> tuple[str, str]:
     if len(found) == 1 and None not in found:
         return found.pop(), ""
     what = ", ".join(sorted(x for x in found if x)) or "none recognized"
-    return "none", (f"; compressed-tensors config groups not mapped to one fusedmoe scheme ({what}), quant "
-                    "treated as 'none'")
+    return "none", (f"compressed-tensors config groups not mapped to one fusedmoe scheme ({what}), quant "
+                    "treated as 'none': the layer is modelled with 16-bit weights; pick a scheme with --quant")
 
 
 def preset_from_hf_dict(cfg: dict, source: str = "<dict>", name: Optional[str] = None) -> ModelPreset:
@@ -355,8 +376,8 @@ def preset_from_hf_dict(cfg: dict, source: str = "<dict>", name: Optional[str] =
     fields = _PARSERS[model_type](_Reader(body, source, model_type))
     quant, qnote = _quant(quant_cfg, source)
     hf_name = cfg.get("_name_or_path") or name or source
-    fields["notes"] = f"{model_type} from {source}: {fields['notes']}{qnote}"
-    return ModelPreset(name=name or hf_name, hf_name=str(hf_name), quant=quant, **fields)
+    fields["notes"] = f"{model_type} from {source}: {fields['notes']}" + (f"; {qnote}" if qnote else "")
+    return ModelPreset(name=name or hf_name, hf_name=str(hf_name), quant=quant, quant_note=qnote, **fields)
 
 
 def load_hf_config(path: "str | os.PathLike") -> ModelPreset:
@@ -375,7 +396,10 @@ def load_hf_config(path: "str | os.PathLike") -> ModelPreset:
             from None
     folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
     name = folder if os.path.basename(file) == "config.json" and folder else os.path.splitext(os.path.basename(file))[0]
-    return preset_from_hf_dict(cfg, source=file, name=name)
+    preset = preset_from_hf_dict(cfg, source=file, name=name)
+    if preset.quant_note:
+        log.warning("%s: %s", file, preset.quant_note)
+    return preset
 
 
 def get_preset(name_or_path: "str | os.PathLike | ModelPreset") -> ModelPreset:

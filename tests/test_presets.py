@@ -217,6 +217,53 @@ def test_quantization_config(qc, scheme):
         assert ("not mapped" in p.notes) == (scheme == "none")
 
 
+def test_unmapped_quantization_config_note_is_logged(tmp_path, caplog):
+    # a bitsandbytes checkpoint becomes quant 'none': the note saying so used to sit unread in
+    # .notes; it is .quant_note too, and loading the file logs it (the CLI prints it)
+    folder = write(tmp_path, dict(HF["mixtral-8x7b"], quantization_config={"quant_method": "bitsandbytes"}))
+    with caplog.at_level("WARNING", logger="fusedmoe"):
+        p = get_preset(str(folder))
+    assert p.quant == "none" and "'bitsandbytes' not recognized" in p.quant_note and p.quant_note in p.notes
+    assert any("bitsandbytes" in r.getMessage() and "config.json" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fusedmoe"):
+        q = get_preset(str(write(tmp_path / "fp8", dict(HF["mixtral-8x7b"], quantization_config={
+            "quant_method": "fp8", "weight_block_size": [128, 128]}))))
+    assert q.quant == "fp8_block" and q.quant_note == "" and not caplog.records
+
+
+@pytest.mark.parametrize("block,scheme", [([64, 64], "fp8_block:b64x64"), ([128, 64], "fp8_block:b128x64")])
+def test_fp8_weight_blocks_other_than_128(block, scheme):
+    # the blocks are part of the scheme (they were a note beside 'fp8_block', i.e. 128 x 128)
+    p = preset_from_hf_dict(dict(HF["mixtral-8x7b"], quantization_config={"quant_method": "fp8",
+                                                                          "weight_block_size": block}))
+    assert p.quant == scheme and p.quant_scheme.block_shape == tuple(block)
+
+
+@pytest.mark.parametrize("block", [[128], [0, 128], "128x128", [128.0, 128]])
+def test_bad_fp8_weight_blocks(block):
+    with pytest.raises(ConfigError) as e:
+        preset_from_hf_dict(dict(HF["mixtral-8x7b"], quantization_config={"quant_method": "fp8",
+                                                                          "weight_block_size": block}))
+    assert e.value.param == "weight_block_size" and "two positive ints" in str(e.value)
+
+
+@pytest.mark.parametrize("name,quant,tps", [
+    ("gpt-oss-20b", None, [1, 2]),                  # I = 2880: 720 at tp 4 is not a multiple of mxfp4's 32
+    ("gpt-oss-20b", "none", [1, 2, 4, 8, 16, 32, 64]),
+    ("qwen3-30b-a3b", "int4_w4a16", [1, 2]),        # I = 768: g128 needs I / tp % 128 == 0
+    ("deepseek-v3", None, [1, 2, 4, 8, 16, 32, 64]),  # fp8_block: blocks are rounded up, any divisor
+    ("mixtral-8x7b", "nvfp4", [1, 2, 4, 8, 16, 32, 64]),
+])
+def test_fitting_tps(name, quant, tps):
+    p = PRESETS[name]
+    assert p.fitting_tps(quant) == tps
+    for tp in tps:   # each one quantizes: its K dims are multiples of the scheme's group
+        cfg = p.to_config(tp=tp)
+        m = p.quant_scheme.k_multiple if quant is None else QuantScheme.parse(quant).k_multiple
+        assert cfg.hidden_size % m == 0 and cfg.intermediate_size % m == 0
+
+
 # ----------------------------------------------------------------------------------------- #
 # errors
 # ----------------------------------------------------------------------------------------- #
