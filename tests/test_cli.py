@@ -338,3 +338,151 @@ def test_explain_says_how_decode_launches_are_chained(quant, mode, want, monkeyp
     monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps({"w8a8_decode": mode}))
     cpu = Platform("cpu", "cpu", None, 0.0, 2, True, True)
     assert "programmatic" not in _variants(cfg, QuantScheme.parse(quant), cpu)["T=1"]
+
+
+# ------------------------------------------------------------------------------ issue 45: demo / explain / check
+def _no_build(monkeypatch):
+    """Make building weights fail loudly: a check that must come first must not reach it."""
+    import fusedmoe.cli.main as cli
+    monkeypatch.setattr(cli, "random_layer", lambda *a, **k: pytest.fail("the demo built weights before checking"))
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--tokens", "-5"], "--tokens=-5 is too small; accepted: an integer >= 1"),    # was a RuntimeError after 19 s
+    (["--tokens", "0"], "--tokens=0"),
+    (["--repeat", "0"], "--repeat=0 is too small"),          # was "no median for empty data" after 40 s
+    (["--tp", "0"], "--tp=0"),
+    (["--seed", "-1"], "--seed=-1"),
+    (["--quant", "int4_w4a16:g64:zp:zp"], "repeats an option"),
+])
+def test_demo_arguments_checked_before_any_work(capsys, monkeypatch, argv, needle):
+    _no_build(monkeypatch)
+    err = run_error(capsys, "demo", "--device", "cpu", *argv)
+    assert err.count("\n") == 1 and needle in err and "Fix: " in err, err
+
+
+def _args(*argv):
+    from fusedmoe.cli.main import build_parser
+    return build_parser().parse_args(["demo", "--device", "cpu", *argv])
+
+
+def test_demo_gpt_oss_default_tp_fits_mxfp4(monkeypatch):
+    # gpt-oss's I = 2880 at the demo's usual tp 4 is 720, not a multiple of mxfp4's 32: the
+    # default becomes tp 2 with a note, instead of failing after 71 s of building
+    import torch
+    from fusedmoe.cli.main import demo_plan
+    monkeypatch.setattr("fusedmoe.cli.main.available_bytes", lambda dev: None)
+    preset, cfg, quant, notes, _ = demo_plan(_args("--model", "gpt-oss-20b"), torch.device("cpu"))
+    assert quant.name == "mxfp4" and cfg.intermediate_size == 1440
+    assert any(n.startswith("--tp 2: at tp 4 the intermediate size 720 is not a multiple of 32") for n in notes)
+    _, cfg, _, notes, _ = demo_plan(_args("--model", "olmoe-1b-7b"), torch.device("cpu"))
+    assert cfg.intermediate_size == 256 and notes == []                    # tp 4 where it fits
+
+
+def test_demo_explicit_tp_that_cannot_hold_the_scheme_names_one_that_can(capsys, monkeypatch):
+    _no_build(monkeypatch)
+    err = run_error(capsys, "demo", "--model", "gpt-oss-20b", "--tp", "4", "--device", "cpu")
+    assert err.count("\n") == 1 and "--tp=4" in err and "720, not a multiple of 32 (mxfp4)" in err
+    assert "accepted: 1, 2" in err and "Fix: use --tp 2" in err
+    err = run_error(capsys, "explain", "--model", "qwen3-30b-a3b", "--quant", "int4_w4a16", "--tp", "8")
+    assert "--tp=8" in err and "Fix: use --tp 2" in err
+
+
+def test_demo_refuses_what_does_not_fit_in_memory(capsys, monkeypatch):
+    # deepseek-v3 fp8_block at tp 4 needs ~30 GiB: with 12 GiB available the demo says so and
+    # names a --tp that fits, before allocating (it was OOM-killed without a message)
+    import torch
+    from fusedmoe.cli.main import demo_bytes, demo_plan
+    _no_build(monkeypatch)
+    monkeypatch.setattr("fusedmoe.cli.main.available_bytes", lambda dev: 12 * 2 ** 30)
+    err = run_error(capsys, "demo", "--model", "deepseek-v3", "--quant", "fp8_block", "--tp", "4", "--device", "cpu")
+    assert err.count("\n") == 1 and "--tp=4 needs ~" in err and "GiB for deepseek-v3" in err
+    assert "12.0 GiB are available" in err and "Fix: use --tp 16" in err, err     # tp 16: ~8 GiB
+    # --tp unset: the demo sizes itself down, with a note
+    preset, cfg, quant, notes, need = demo_plan(_args("--model", "deepseek-v3"), torch.device("cpu"))
+    assert cfg.intermediate_size == 2048 // 16 and need <= 12 * 2 ** 30 < demo_bytes(preset.to_config(tp=8), quant,
+                                                                                    "emulation")
+    assert any("--tp 16: at tp 4 the demo would allocate" in n for n in notes), notes
+    # nothing fits: the error says how much is needed
+    monkeypatch.setattr("fusedmoe.cli.main.available_bytes", lambda dev: 2 ** 20)
+    err = run_error(capsys, "demo", "--model", "gpt-oss-120b", "--device", "cpu")
+    assert "no --tp of this model fits" in err and "GiB free" in err
+
+
+def test_demo_memory_estimate_counts_the_copies():
+    from fusedmoe.cli.main import demo_bytes
+    from fusedmoe.config import MoEConfig, QuantScheme
+    cfg = MoEConfig(8, 2, 1024, 512, dtype="bfloat16")             # w13 8M, w2 4M elements
+    p13, p2 = 8 * 1024 * 1024, 8 * 1024 * 512
+    base = 2 ** 29                                                  # the process itself
+    assert demo_bytes(cfg, QuantScheme("none"), "torch_ref") == (p13 + p2) * (2 + 4) + p13 * 4 + base
+    assert demo_bytes(cfg, QuantScheme("fp8_block"), "triton") == (p13 + p2) * (2 + 1 + 4) + p13 * 4 + base
+    assert demo_bytes(cfg, QuantScheme("mxfp4"), "emulation") == int((p13 + p2) * (2 + 0.5 + 4 + 2)) + p13 * 4 + base
+
+
+def test_available_bytes_reads_meminfo():
+    import torch
+    from fusedmoe.cli.main import available_bytes
+    n = available_bytes(torch.device("cpu"))
+    assert n is None or n > 2 ** 20
+
+
+def test_demo_prints_progress_on_stderr_unless_json(capsys, tiny):
+    rc = main(["demo", "--model", tiny["mixtral"], "--tp", "2", "--tokens", "3", "--repeat", "1", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    for step in ("building ", "selecting a backend", "running 3 tokens", "checking against", "timing"):
+        assert any(ln.startswith("fusedmoe demo: ") and step in ln for ln in err.splitlines()), (step, err)
+    rc, _, err = run_json(capsys, "demo", "--model", tiny["mixtral"], "--tp", "2", "--tokens", "3", "--repeat", "1",
+                          "--device", "cpu")
+    assert rc == 0 and "fusedmoe demo:" not in err
+
+
+def test_unmapped_checkpoint_quant_note_is_shown(capsys, tmp_path):
+    # a bitsandbytes config.json becomes quant 'none'; demo and explain say so
+    d = tmp_path / "bnb"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(dict(TINY["mixtral"], quantization_config={
+        "quant_method": "bitsandbytes", "load_in_4bit": True})))
+    rc = main(["explain", "--model", str(d), "--platform", "cpu"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "note: quantization_config 'bitsandbytes' not recognized, quant treated as 'none'" in out
+    rc, data, _ = run_json(capsys, "explain", "--model", str(d), "--platform", "cpu")
+    assert rc == 0 and "bitsandbytes" in data["notes"][0]
+    rc, data, _ = run_json(capsys, "demo", "--model", str(d), "--tp", "2", "--tokens", "2", "--repeat", "1",
+                           "--device", "cpu", "--dtype", "float32")
+    assert rc == 0 and data["quant"] == "none" and "bitsandbytes" in data["notes"][0]
+    rc = main(["demo", "--model", str(d), "--tp", "2", "--tokens", "2", "--repeat", "1", "--device", "cpu",
+               "--dtype", "float32"])
+    assert rc == 0 and "fusedmoe demo: note: quantization_config 'bitsandbytes'" in capsys.readouterr().err
+
+
+def test_quant_and_platform_names_are_case_insensitive_alike(capsys):
+    rc, d, _ = run_json(capsys, "explain", "--model", "deepseek-v3", "--quant", "FP8_BLOCK", "--platform", "H100")
+    assert rc == 0 and d["quant"] == "fp8_block" and d["family"] == "hopper"
+
+
+def test_check_says_what_it_compared(capsys, monkeypatch):
+    # on CPU torch_ref and emulation run the reference's own math (error exactly 0): the
+    # output says so, and names the independent implementations it ran
+    from fusedmoe.backends import registry
+    specs = registered()
+    monkeypatch.setattr(registry, "_REGISTRY", {n: specs[n] for n in ("torch_ref", "grouped_mm", "emulation")})
+    rc, d, _ = run_json(capsys, "check", "--device", "cpu")
+    assert rc == 0 and "reference_moe (plain torch)" in d["compared"]
+    assert "torch_ref runs the reference itself" in d["compared"] and d["independent_backends"] == ["grouped_mm"]
+    assert all(r["independent"] == (r["backend"] == "grouped_mm") for r in d["results"])
+    rc = main(["check", "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and out.startswith("compared: ") and "(same math as the reference)" in out
+    assert "fusedmoe check: fp8_block: emulation (standard)" in err                # progress lines
+
+
+@pytest.mark.slow
+def test_check_on_cpu_runs_the_triton_kernels_as_an_independent_path(capsys):
+    rc, d, _ = run_json(capsys, "check", "--device", "cpu")
+    assert rc == 0 and d["failures"] == 0
+    assert {"triton", "triton_batched"} <= set(d["independent_backends"])
+    assert "Triton kernels ran under TRITON_INTERPRET=1" in d["compared"]
+    tri = [r for r in d["results"] if r["backend"] == "triton"]
+    assert {r["quant"] for r in tri} >= {"none", "fp8_block"} and all(r["rel_error"] > 0 for r in tri)
