@@ -40,3 +40,16 @@ def test_every_builtin_backend_is_exercised_by_the_backend_tests():
 def test_every_activation_has_a_kernel_epilogue():
     from fusedmoe.kernels.grouped_gemm import ACTIVATIONS
     assert {a.value for a in Activation} == set(ACTIVATIONS)
+
+
+def test_kernels_take_every_choice_as_an_argument():
+    # fusedmoe/kernels/ is the layer below the package: its modules read no environment variable,
+    # probe no device (fusedmoe/platform.py does; the plan passes the facts in) and import nothing
+    # from the package above them (relative imports stay within kernels/)
+    banned = ("os.environ", "from .. import env", "get_device_name", "get_device_capability", "from ..")
+    found = []
+    for path in sorted((ROOT / "fusedmoe" / "kernels").glob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if any(b in line for b in banned):
+                found.append(f"{path.name}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)

@@ -37,8 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..config import Activation
-from .common import gated_activation, plain_activation
+from .common import ACTIVATIONS, gated_activation, plain_activation
 from .launcher import COMPILE_OPTIONS
 
 __all__ = ["batched_gemm1_act", "batched_gemm2", "default_batched_config"]
@@ -255,13 +254,16 @@ def batched_gemm1_act(x: torch.Tensor, counts: torch.Tensor, w13: torch.Tensor, 
     x [E, T_max, H], counts int32 [E], w13 [E, 2I, H] (gated, halves) or [E, I, H] (*_no_mul),
     bias [E, N] or None. ``out`` defaults to x's dtype (bf16 for fp8 / int8 operands).
     """
-    act = Activation(activation)
+    act = str(getattr(activation, "value", activation))     # an Activation or its name
+    if act not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} (got {activation!r})")
+    gated = not act.endswith("_no_mul")
     E, T_max, _ = x.shape
     N = w13.shape[1]
-    I = N // 2 if act.is_gated else N
+    I = N // 2 if gated else N
     if out is None:
         out = torch.empty((E, T_max, I), dtype=_out_dtype(x), device=x.device)
-    return _launch(x, counts, w13, out, act.value, act.is_gated, bias, swiglu_limit, alpha, limit,
+    return _launch(x, counts, w13, out, act, gated, bias, swiglu_limit, alpha, limit,
                    a_scale, b_scale, scale_mode, block_shape, config)
 
 

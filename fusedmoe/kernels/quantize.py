@@ -33,9 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..config import Activation
-from .common import (_abs_bits, _quantize, _scale_from_amax_bits, gated_activation, gdc_launch_dependents, gdc_wait,
-                     plain_activation)
+from .common import (ACTIVATIONS, _abs_bits, _quantize, _scale_from_amax_bits, gated_activation,
+                     gdc_launch_dependents, gdc_wait, plain_activation)
 from .launcher import cdiv, launch, next_power_of_2
 
 __all__ = ["FP8_MAX", "INT8_MAX", "quant_fp8_tensor", "quant_fp8_token", "quant_fp8_group",
@@ -492,9 +491,12 @@ def act_and_quant(h: torch.Tensor, activation, mode: str = "token", group: int =
     ``pow2`` optional); "tensor_static": ``scale`` fp32 [1] given and returned (fp8).
     Same result as ``apply_activation`` (fp32) followed by the reference quantizer.
     """
-    act = Activation(activation)
+    act = str(getattr(activation, "value", activation))     # an Activation or its name
+    if act not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} (got {activation!r})")
+    gated = not act.endswith("_no_mul")
     N = h.shape[-1]
-    I = N // 2 if act.is_gated else N
+    I = N // 2 if gated else N
     lead = h.shape[:-1]
     qtype = "int8" if quant_dtype == torch.int8 else "fp8"
     q = out if out is not None else torch.empty((*lead, I), dtype=quant_dtype, device=h.device)
@@ -526,7 +528,7 @@ def act_and_quant(h: torch.Tensor, activation, mode: str = "token", group: int =
            (h2, _q_arg(q2), s2, counts if counts is not None else s2, I, G, max(t_max, 1),
             h2.stride(0), q2.stride(0), s2.stride(0) if mode != "tensor_static" else 0,
             float(swiglu_limit) if swiglu_limit is not None else 0.0, float(alpha), float(limit)),
-           dict(ACTIVATION=act.value, GATED=act.is_gated, CLAMP=swiglu_limit is not None,
+           dict(ACTIVATION=act, GATED=gated, CLAMP=swiglu_limit is not None,
                 MODE=mode, QTYPE=qtype, QMAX=FP8_MAX if qtype == "fp8" else INT8_MAX, POW2=bool(pow2),
                 BITWISE_FP8=_bitwise_fp8(h2), HAS_COUNTS=counts is not None,
                 GROUP=grp, BLOCK_G=block_g, BLOCK_C=bc), num_warps=4)
