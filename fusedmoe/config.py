@@ -105,6 +105,16 @@ def _frozen_set(obj, name, value):
     object.__setattr__(obj, name, value)
 
 
+def _replace(obj, changes: dict):
+    """dataclasses.replace with an unknown field name as a ConfigError (not a raw TypeError)."""
+    names = [f.name for f in dataclasses.fields(obj) if f.init]
+    for k in changes:
+        if k not in names:
+            raise ConfigError(k, changes[k], names, f"{type(obj).__name__}.replace takes its field names",
+                              problem=f"is not a field of {type(obj).__name__}")
+    return dataclasses.replace(obj, **changes)
+
+
 @dataclass(frozen=True)
 class Routing:
     """How router logits [T, E] become (topk_weights fp32 [T, k], topk_ids int32 [T, k]).
@@ -427,7 +437,7 @@ class MoEConfig:
         return self.parallel.expert_map(self.num_experts, device)
 
     def replace(self, **changes) -> "MoEConfig":
-        return dataclasses.replace(self, **changes)
+        return _replace(self, changes)
 
     def __repr__(self) -> str:
         parts = []

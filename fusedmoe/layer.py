@@ -264,6 +264,9 @@ def fused_experts(x: torch.Tensor, weights, topk_weights: torch.Tensor, topk_ids
     if config is not None and not isinstance(config, MoEConfig):
         raise ConfigTypeError("config", config, "fusedmoe.MoEConfig or None (inferred from the shapes)")
     if config is None:
+        if not x.is_floating_point():            # named here: the inferred config takes x's dtype
+            raise InputError("x.dtype", x.dtype, [torch.bfloat16, torch.float16, torch.float32],
+                             "pass 16/32-bit float hidden states")
         E, N = ew.w13.shape[:2]
         H, I = ew.logical_k("w13"), ew.logical_k("w2")
         config = MoEConfig(E, topk_ids.shape[1] if topk_ids.dim() == 2 else 1, H, I,

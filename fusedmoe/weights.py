@@ -31,8 +31,8 @@ from typing import Optional
 
 import torch
 
-from .config import MoEConfig, QuantMethod, QuantScheme
-from .errors import ConfigTypeError, InputError
+from .config import MoEConfig, QuantMethod, QuantScheme, _replace
+from .errors import ConfigError, ConfigTypeError, InputError
 
 __all__ = ["ExpertWeights"]
 
@@ -125,10 +125,15 @@ class ExpertWeights:
                 if isinstance(getattr(self, f.name), torch.Tensor)}
 
     def to(self, device) -> "ExpertWeights":
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ConfigError("device", device, "a torch.device or a name such as 'cpu', 'cuda', 'cuda:1'",
+                              "e.g. weights.to('cuda')") from None
         return dataclasses.replace(self, **{k: v.to(device) for k, v in self.tensors().items()})
 
     def replace(self, **changes) -> "ExpertWeights":
-        return dataclasses.replace(self, **changes)
+        return _replace(self, changes)
 
     def nbytes_per_expert(self) -> int:
         """Bytes of one expert's weights + scales (for bandwidth accounting)."""

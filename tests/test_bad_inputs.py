@@ -90,6 +90,7 @@ CASES = [
     ("cfg-parallel-type", lambda: MoEConfig(E, K, H, I, parallel=2), ConfigTypeError, "parallel", "ParallelConfig"),
     ("cfg-ep-divides", lambda: MoEConfig(6, K, H, I, parallel=ParallelConfig(ep_size=4)), ConfigError,
      "num_experts", "multiple of ep_size=4"),
+    ("cfg-replace", lambda: CFG.replace(num_expert=8), ConfigError, "num_expert", "num_experts, top_k"),
     # ---- Routing
     ("routing-scoring", lambda: Routing(scoring="tanh"), ConfigError, "scoring", "sigmoid"),
     ("routing-renorm", lambda: Routing(renormalize=1), ConfigTypeError, "renormalize", "bool"),
@@ -142,6 +143,8 @@ CASES = [
      "torch.bfloat16"),
     ("ew-shape", lambda: prepare_experts(CFG, ExpertWeights(W13[:, :8], W2)), InputError, "w13", "shape (4, 32, 32)"),
     ("ew-validate-config", lambda: EW.validate("cfg"), ConfigTypeError, "config", "MoEConfig"),
+    ("ew-replace", lambda: EW.replace(w3=W2), ConfigError, "w3", "w13, w2, scheme"),
+    ("ew-to", lambda: EW.to("tpu"), ConfigError, "device", "'cuda:1'"),
     ("ew-bias-int", lambda: prepare_experts(CFG.replace(has_bias=True), ExpertWeights(
         W13, W2, w13_bias=torch.zeros(E, 2 * I, dtype=torch.int32), w2_bias=torch.zeros(E, H, dtype=torch.int32))),
      InputError, "w13_bias.dtype", "torch.float32"),
@@ -232,6 +235,7 @@ CASES = [
     ("fused-ids-list", lambda: fused_experts(X, EW, TW, [[0, 1]] * 3), ConfigTypeError, "topk_ids", "int32"),
     ("fused-config", lambda: fused_experts(X, EW, TW, TI, config="cfg"), ConfigTypeError, "config", "MoEConfig"),
     ("fused-x-shape", lambda: fused_experts(X[:, :8], EW, TW, TI, config=CFG), InputError, "x.shape", "[T, 32]"),
+    ("fused-x-int", lambda: fused_experts(X.int(), EW, TW, TI), InputError, "x.dtype", "torch.bfloat16"),
     ("fused-x-dtype", lambda: fused_experts(X.double(), EW, TW, TI, config=CFG), InputError, "x.dtype",
      "torch.float32"),
     ("fused-ids-shape", lambda: fused_experts(X, EW, TW, TI[:, :1], config=CFG), InputError, "topk_ids.shape",
