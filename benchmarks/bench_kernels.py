@@ -88,7 +88,7 @@ def _decode(dev):
 
 def _decode_tc(dev):
     # qwen3-30b-a3b fp8_channel at T=4: the W8A8 decode the triton backend runs by default
-    # there (FUSEDMOE_W8A8_DECODE=auto), x and h quantized per token by the scheme's kernels
+    # there (w8a8_decode 'auto', fusedmoe/plan.py), x and h quantized per token by the scheme's kernels
     from fusedmoe.bench.harness import make_weights
     from fusedmoe.kernels.decode_tc import tc_decode
     from fusedmoe.quantize import quantize_activation

@@ -15,6 +15,7 @@ import argparse
 import collections
 import cProfile
 import io
+import json
 import os
 import pstats
 import sys
@@ -79,20 +80,16 @@ def host_us(fn, args, n: int = 300, no_launch: bool = False) -> float:
 
     from triton.runtime.jit import JITFunction
     if no_launch:   # the framework's own host time: every Triton launch becomes a no-op
+        from fusedmoe import plan
         from fusedmoe.kernels import launcher
-        run, env_was = JITFunction.run, os.environ.get("FUSEDMOE_FAST_LAUNCH")
-        os.environ["FUSEDMOE_FAST_LAUNCH"] = "0"      # the cached launcher bypasses JITFunction.run
-        launcher.reset()
+        run = JITFunction.run
+        launcher.set_fast(False)                      # the cached launcher bypasses JITFunction.run
         JITFunction.run = lambda self, *a, **kw: None
         try:
             return host_us(fn, args, n)
         finally:
             JITFunction.run = run
-            if env_was is None:
-                os.environ.pop("FUSEDMOE_FAST_LAUNCH", None)
-            else:
-                os.environ["FUSEDMOE_FAST_LAUNCH"] = env_was
-            launcher.reset()
+            launcher.set_fast(plan.override().fast_launch)
     for _ in range(10):
         fn(*args)
     torch.cuda.synchronize()
@@ -153,14 +150,16 @@ def main(argv=None) -> int:
     ap.add_argument("--host", action="store_true")
     ap.add_argument("--profile-max-t", type=int, default=1, help="--host: cProfile the eager forward up to this T")
     ap.add_argument("--split", action="store_true", help="event times of align / gemm1 / gemm2 / reduce")
-    ap.add_argument("--reduce", default=None, help="force the triton backend's reduce mode (atomic|deterministic)")
+    ap.add_argument("--reduce", default=None, help="force the triton backend's reduce mode "
+                    "(deterministic|atomic|atomic_out; FUSEDMOE_PLAN reduce)")
     args = ap.parse_args(argv)
+    if args.reduce:     # read by the backend when it is built
+        forced = json.loads(os.environ.get("FUSEDMOE_PLAN") or "{}")
+        os.environ["FUSEDMOE_PLAN"] = json.dumps(dict(forced, reduce=args.reduce))
     from fusedmoe.bench.harness import make_routing
     for spec in args.model.split(","):
         name, _, tp = spec.partition(":")
         cfg, fn = build(name, int(tp or 1), args.quant, args.backend)
-        if args.reduce:
-            fn.kernel.experts._reduce = args.reduce
         for T in [int(t) for t in args.tokens.split(",")]:
             g = torch.Generator().manual_seed(T)
             x = torch.randn(T, cfg.hidden_size, generator=g).to(cfg.torch_dtype).cuda()

@@ -222,7 +222,7 @@ def grouped_cases() -> list:
                      config=dict(c1, PERSISTENT=1, USE_TMA=True, GU_ONE_DOT=True), x_sorted=True, out_sorted=False)
         out += [("gather sorted x pdl", captured[0]),
                 ("grouped gemm1 bfloat16 sorted_x one_dot persistent", captured[1])]
-        # the prefill PDL chain (FUSEDMOE_PREFILL_PDL): GEMM2 and the reduce as dependents
+        # the prefill PDL chain (the plan's pdl; FUSEDMOE_PLAN prefill_pdl): GEMM2 and the reduce as dependents
         captured.clear()
         gg.gemm2(torch.empty(n, I, dtype=bf), torch.empty(E, H, I, dtype=bf), align, torch.empty(T, k),
                  torch.empty(T, H, dtype=bf), config=dict(c2, PERSISTENT=1, BLOCK_SIZE_K=64),
@@ -328,7 +328,7 @@ def block_cases() -> list:
 
 
 def epilogue_cases() -> list:
-    """h quantized in GEMM1's epilogue (FUSEDMOE_H_QUANT=epilogue): qwen3 fp8_channel GEMM1 with
+    """h quantized in GEMM1's epilogue (the plan's h_group; FUSEDMOE_PLAN h_quant): qwen3 fp8_channel GEMM1 with
     one and two 1 x 128 groups a tile and its GEMM2 (group-scaled h, channel-scaled w2,
     RESCALE); deepseek-v3 tp8 fp8_block GEMM1 (1 x 128 groups, RESCALE)."""
     from fusedmoe.kernels import grouped_gemm as gg
@@ -431,10 +431,7 @@ def tc_cases() -> list:
             (f"tc {name} gemm2 groups1", tc.tc_gemm2_launch(
                 hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2,
                 config=dict(BLOCK_N=64, BLOCK_K=128, GROUPS=1, num_warps=4, num_stages=4), **q)),
-            (f"tc {name} gemm2 pdl early_w", tc.tc_gemm2_launch(          # FUSEDMOE_TC_EARLY_W
-                hq, w2, ids, tw, out, part, sync, a_scale=hs, b_scale=s2, pdl=True,
-                config=dict(BLOCK_N=64, BLOCK_K=128, GROUPS=2, num_warps=4, num_stages=4, EARLY_W=1), **q)),
-            (f"tc {name} gemm1 pdl l2_pre", _consts(tc.tc_gemm1_launch(    # FUSEDMOE_TC_L2_PRE (CPU tensors: 0)
+            (f"tc {name} gemm1 pdl l2_pre", _consts(tc.tc_gemm1_launch(    # config L2_PRE (CPU tensors: 0)
                 xq, w13, ids, "silu", h, part, sync, a_scale=xs, b_scale=s13, pdl=True, pdl_wait=True,
                 config=dict(BLOCK_N=32, BLOCK_K=128, SPLIT_K=2, num_warps=4, num_stages=4), **q), L2_PRE=4)),
             (f"tc {name} gemm1 pdl bk256", tc.tc_gemm1_launch(            # TC_GEMM1_BLOCK_GROUPS 2 (block: SUB_K)
@@ -494,7 +491,7 @@ def main() -> int:
                                                              pdl=True, pdl_wait=True, **q)),
             (f"fp8 {quant} gemm2 pdl", dk.gemm2_launch(hq, w2, ids, tw, out, a_scale=hs, b_scale=s2, pdl=True, **q)),
         ]
-    # W8A8 weights with 16-bit x / h (FUSEDMOE_W8A8_DECODE=a16), int8 weights too
+    # W8A8 weights with 16-bit x / h (the plan's a16 math), int8 weights too
     i8 = torch.int8
     for quant, wd, s13, s2, blk in (
             ("channel", fp8, torch.empty(E, 2 * I), torch.empty(E, H), None),
@@ -555,7 +552,7 @@ def main() -> int:
         group_case("quant group R=8 K=768", 768, 8, 8),
         group_case("quant group R=4 K=2048 counts pow2", H, 4, 16, counts=True, pow2=True),
         group_case("quant group R=4 K=7168 pdl", 7168, 4, 16, pdl=True),
-        # the division through the scale's reciprocal (quantize.RECIPROCAL_DIV)
+        # the division through the scale's reciprocal (the quantizers' reciprocal=, the default)
         rows_case("quant rows rcp R=1 K=768 fp8", 768, 1, 1024, rcp=True),
         rows_case("quant rows rcp R=1 K=768 int8", 768, 1, 1024, qt="int8", rcp=True),
         group_case("quant group rcp R=2 K=256", 256, 2, 2, rcp=True),
