@@ -2,6 +2,9 @@
 
 - ``gpu`` marker: such tests are skipped cleanly on a machine without CUDA.
 - ``slow`` marker: skipped unless RUN_SLOW=1 (a few compile-heavy checks).
+- hypothesis profiles (tests/test_fuzz.py): ``ci``, the default (few examples, derandomized:
+  every CI run draws the same cases), and ``long`` (many examples, random). Pick one with
+  hypothesis' own option: ``pytest tests/test_fuzz.py --hypothesis-profile long``.
 - Every test runs with no ``FUSEDMOE_*`` variable set (hermetic; set them with monkeypatch)
   and with the oracle's log-once memory empty. ``builtin_only``: the registry holds exactly
   the built-in backends.
@@ -25,6 +28,18 @@ from fusedmoe.config import MoEConfig, QuantScheme
 from fusedmoe.quantize import quantize_experts
 
 HAS_CUDA = torch.cuda.is_available()
+
+try:
+    from hypothesis import settings as _hyp_settings
+except ImportError:  # the `test` extra brings it; without it tests/test_fuzz.py skips
+    _hyp_settings = None
+else:
+    # deadline=None: a call under the Triton interpreter takes ~0.3-1 s, and more on a loaded
+    # machine; a test must not depend on the machine's speed
+    _hyp_settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, print_blob=True)
+    _hyp_settings.register_profile("long", max_examples=2000, deadline=None, print_blob=True)
+    # the default; hypothesis' --hypothesis-profile (loaded at pytest_configure) overrides it
+    _hyp_settings.load_profile("ci")
 
 
 def pytest_collection_modifyitems(config, items):
