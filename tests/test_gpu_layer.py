@@ -5,6 +5,8 @@ with the plain-torch reference on fresh random inputs, within fusedmoe.tolerance
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -51,7 +53,7 @@ def _check(cfg, w, x, tw, ti, backend="triton", fmt="standard", **kw):
         # e4m3 roundings of x and h differ by ~5%, more than the 4% tolerance)
         ref = torch.cat([reference_moe(x[i:i + C], w, tw[i:i + C], ti[i:i + C], cfg)
                          for i in range(0, x.shape[0], C)])
-    else:       # (the triton decode path keeps W8A8 activations 16-bit: FUSEDMOE_W8A8_DECODE)
+    else:       # (the triton decode path keeps W8A8 activations 16-bit: w8a8_decode, fusedmoe/plan.py)
         ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=pe.quantizes_activations(x.shape[0]),
                             h_group=pe.h_group(x.shape[0]))
     err = rel_error(out, ref)
@@ -177,7 +179,7 @@ def test_module_forward_graph_capture_and_compile():
 @pytest.mark.parametrize("quant", ["none", "fp8_channel"])
 def test_atomic_k_sum_default_eager_graph_and_expert_map(quant):
     # >= 64 pairs a local expert in bf16 on CUDA: GEMM2 adds into the zeroed output atomically
-    # by default (reduce_rule). Eager calls and CUDA-graph replays match the reference and each
+    # by default (plan.reduce_rule). Eager calls and CUDA-graph replays match the reference and each
     # other up to the rounding order (each slot rounded to bf16 as it lands); tokens whose
     # slots are all remote (expert map, EP rank 1 of 2) get exact zeros; deterministic=True
     # gives the fixed-order reduce, bitwise stable
@@ -187,7 +189,7 @@ def test_atomic_k_sum_default_eager_graph_and_expert_map(quant):
     x, tw, ti = _routed(cfg, T, seed=21)
     ti[:5] = torch.tensor([1, 3], dtype=ti.dtype, device=DEV)    # global 1 and 3: rank 0's experts
     pe = prepare_experts(cfg, w, "triton")
-    assert pe.kernel.experts.reduce_for(T) == "atomic_out"
+    assert pe.kernel.experts.plan(T).reduce == "atomic_out"
     outs = _eager_and_replayed(pe, x, tw, ti)
     ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=quant != "none")
     for o in outs:
@@ -195,7 +197,7 @@ def test_atomic_k_sum_default_eager_graph_and_expert_map(quant):
         assert rel_error(o, outs[0]) < 1e-2
         assert torch.equal(o[:5], torch.zeros_like(o[:5]))
     det = prepare_experts(cfg, w, "triton", deterministic=True)
-    assert det.kernel.experts.reduce_for(T) == "deterministic"
+    assert det.kernel.experts.plan(T).reduce == "deterministic"
     d = _eager_and_replayed(det, x, tw, ti)
     assert all(torch.equal(o, d[0]) for o in d)
     assert rel_error(d[0], ref) <= tolerance(cfg.dtype, quant)
@@ -203,29 +205,31 @@ def test_atomic_k_sum_default_eager_graph_and_expert_map(quant):
 
 @pytest.mark.parametrize("quant", ["none", "fp8_channel", "int8_channel", "fp8_block", "fp8_tensor"])
 def test_atomic_k_sum_zeroed_early_in_the_pdl_chain(quant, monkeypatch):
-    # 64 pairs a local expert exactly: the atomic k-sum (reduce_rule) AND the prefill PDL chain
-    # (prefill_pdl_bound). The output is zeroed at the start (by the quantization of x, or a
-    # fill ahead of the alignment: FUSED_ZERO) or by GEMM1 on the side (ZERO_IN_GEMM1), so
-    # GEMM2 stays a dependent launch of GEMM1. Eager calls (into a caller-visible buffer left
-    # dirty by the call before) and a graph replay match the reference, and the
-    # FUSED_ZERO=False path (GEMM2 zeroing it itself)
-    import fusedmoe.backends.triton as tb
+    # 64 pairs a local expert exactly: the atomic k-sum (plan.reduce_rule) AND the prefill PDL
+    # chain (plan.PREFILL_PDL_MAX_M). The output is zeroed at the start (by the quantization of x,
+    # or a fill ahead of the alignment: LaunchPlan.zero 'early') or by GEMM1 on the side ('gemm1',
+    # above plan.ZERO_IN_GEMM1_MIN elements), so GEMM2 stays a dependent launch of GEMM1. Eager
+    # calls (into a caller-visible buffer left dirty by the call before) and a graph replay match
+    # the reference and each other (GEMM2 zeroing the output itself, the FUSED_ZERO switch's other
+    # side, was removed from the layer: slower; tests/test_backends.py still runs it for outputs
+    # that are not unit-stride [T, H] rows)
+    from fusedmoe import plan
     cfg = MoEConfig(8, 2, 512, 256, dtype="bfloat16")
     w = _weights(cfg, quant, seed=31)
     T = 256
     x, tw, ti = _routed(cfg, T, seed=32)
     outs = {}
-    for fused in (False, True, "gemm1"):
-        monkeypatch.setattr(tb, "FUSED_ZERO", bool(fused))
-        monkeypatch.setattr(tb, "ZERO_IN_GEMM1_MIN", 0 if fused == "gemm1" else 1 << 62)
+    for zero in ("early", "gemm1"):
+        monkeypatch.setattr(plan, "ZERO_IN_GEMM1_MIN", 0 if zero == "gemm1" else 1 << 62)
         pe = prepare_experts(cfg, w, "triton")
         ex = pe.kernel.experts
-        assert ex.reduce_for(T) == "atomic_out" and ex.prefill_pdl_for(T) == ex.prefill_pdl
-        outs[fused] = _eager_and_replayed(pe, x, tw, ti)
+        p = ex.plan(T)
+        assert p.reduce == "atomic_out" and p.pdl == ex.planner.prefill_pdl and p.zero == zero
+        outs[zero] = _eager_and_replayed(pe, x, tw, ti)
     ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=quant != "none", h_group=pe.h_group(T))
-    for o in outs[True] + outs[False] + outs["gemm1"]:
+    for o in outs["early"] + outs["gemm1"]:
         assert rel_error(o, ref) <= tolerance(cfg.dtype, quant)
-        assert rel_error(o, outs[False][0]) < 1e-2
+        assert rel_error(o, outs["early"][0]) < 1e-2
 
 
 def _eager_and_replayed(pe, x, tw, ti):
@@ -260,23 +264,23 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
     cfg = MoEConfig(32, 4, 256, 256, parallel=ParallelConfig(ep_size=2, ep_rank=1))
     w = _weights(cfg, quant)
     x, tw, ti = _routed(cfg, T, seed=T + 7)
-    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "64")          # T = 3 on the decode path too
+    forced = dict(decode_pairs=64)                             # T = 3 on the decode path too
     if mode == "tc_share":                                     # + the share table, a link of the chain
-        monkeypatch.setenv("FUSEDMOE_DECODE_SHARE", "1")
+        forced["decode_share"] = True
         mode = "tc"
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)            # W8A8: 16-bit activations, or quantized
+    forced["w8a8_decode"] = mode                               # W8A8: 16-bit activations, or quantized
     outs = {}
     for pdl in ("0", "1"):
-        monkeypatch.setenv("FUSEDMOE_DECODE_PDL", pdl)
+        monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps(dict(forced, decode_pdl=pdl == "1")))
         pe = prepare_experts(cfg, w, "triton")
-        assert pe.kernel.experts.decode_mode(T).pdl == (pdl == "1")
+        assert pe.kernel.experts.plan(T).pdl == (pdl == "1")
         outs[pdl] = _eager_and_replayed(pe, x, tw, ti)
     for a in outs["0"] + outs["1"]:
         assert torch.equal(a, outs["0"][0])
-    from fusedmoe.backends.triton import auto_a16_max_t
     from fusedmoe.config import QuantScheme
+    from fusedmoe.plan import a16_max_t, device_facts
     from fusedmoe.platform import Platform
-    auto_a16 = T <= auto_a16_max_t(QuantScheme.parse(quant), Platform.current())
+    auto_a16 = T <= a16_max_t(QuantScheme.parse(quant), device_facts(Platform.current()))
     qa = quant != "none" and (mode in ("a8", "tc") or (mode == "auto" and not auto_a16))
     assert pe.quantizes_activations(T) == qa
     ref = reference_moe(x, w, tw, ti, cfg, quantize_activations=qa)
@@ -287,20 +291,19 @@ def test_decode_pdl_chain_equals_plain_launches(quant, mode, T, monkeypatch):
 @pytest.mark.parametrize("T", [37, 240])
 def test_prefill_pdl_chain_equals_plain_launches(quant, T, monkeypatch):
     # grouped path: GEMM1, the requantization of h, GEMM2 and the reduce as programmatic
-    # dependent launches (FUSEDMOE_PREFILL_PDL): bitwise what ordinary launches give, eager
+    # dependent launches (FUSEDMOE_PLAN prefill_pdl): bitwise what ordinary launches give, eager
     # and under CUDA-graph replay, with an expert map (EP rank 1 of 2)
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs sm90+")
     cfg = MoEConfig(32, 4, 256, 256, parallel=ParallelConfig(ep_size=2, ep_rank=1))
     w = _weights(cfg, quant)
     x, tw, ti = _routed(cfg, T, seed=T + 11)
-    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "0")           # every T on the grouped path
     outs = {}
-    for pdl in ("0", "1"):
-        monkeypatch.setenv("FUSEDMOE_PREFILL_PDL", pdl)
+    for pdl in ("0", "1"):                                     # decode_pairs 0: every T on the grouped path
+        monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps({"decode_pairs": 0, "prefill_pdl": pdl == "1"}))
         pe = prepare_experts(cfg, w, "triton")
-        assert pe.kernel.experts.prefill_pdl == (pdl == "1")
-        assert pe.kernel.experts.prefill_pdl_for(T) == (pdl == "1")      # <= 64 pairs a local expert
+        assert pe.kernel.experts.planner.prefill_pdl == (pdl == "1")
+        assert pe.kernel.experts.plan(T).pdl == (pdl == "1")              # <= 64 pairs a local expert
         outs[pdl] = _eager_and_replayed(pe, x, tw, ti)
     for a in outs["0"] + outs["1"]:
         assert torch.equal(a, outs["0"][0])
@@ -319,8 +322,7 @@ def test_decode_quantization_launches_reuse_their_buffers(quant, mode, monkeypat
     # share a buffer (k = 1 and I = H here: their shapes are the same)
     cfg = MoEConfig(32, 1, 256, 256)
     w = _weights(cfg, quant)
-    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "64")
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)
+    monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps({"decode_pairs": 64, "w8a8_decode": mode}))
     pe = prepare_experts(cfg, w, "triton")
     for seed, T in ((1, 2), (2, 3), (3, 2), (4, 2)):
         x, tw, ti = _routed(cfg, T, seed=seed)

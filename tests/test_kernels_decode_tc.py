@@ -9,6 +9,7 @@ with no kept slot, biases, every gated activation and the no_mul ones.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -280,8 +281,8 @@ def test_tc_decode_empty_and_bad_operands():
                   quantize_h=_quant_h(scheme, 0))
 
 
-def test_tc_config_rules(monkeypatch):
-    import fusedmoe.kernels.decode_tc as dtc
+def test_tc_config_rules():
+    from fusedmoe.plan import DEFAULT_DEVICE, DEVICES
     # qwen3 T=1 (8 pairs, I 768, H 2048): 24 tiles x 8 pairs = 192 programs >= 132 SMs: no
     # split; GEMM2 32 tiles -> slot groups while < 4 programs per SM: 8 (one slot each)
     c1 = tc_config("gemm1", 8, 768, 2048, 8)
@@ -294,10 +295,10 @@ def test_tc_config_rules(monkeypatch):
     c2 = tc_config("gemm2", 1, 7168, 256, 8, group_k=128)
     assert (c2["BLOCK_K"], c2["GROUPS"]) == (128, 8)
     assert not c1["SHARE"] and not c2["SHARE"]          # no expert count given: never shared
-    # session 31, at T = 2..4 where it was measured: qwen3's unsplit GEMM1 (K = 2048) takes 3 stages;
+    # at T = 2..4 where it was measured: qwen3's unsplit GEMM1 (K = 2048) takes 3 stages;
     # qwen3's GEMM2 (K = 768) stops doubling its slot groups at 2.5 programs an SM: 8 at T = 1, 2, 4
-    # at T = 3, 4; deepseek's (K = 256) at 4 as before: 2 at T = 3. Session 32: deepseek's GEMM1
-    # (K = 7168) takes 6 stages and its GEMM2 (K = 256) 2. T=1 and T >= 5 keep the old rules
+    # at T = 3, 4; deepseek's (K = 256) at 4: 2 at T = 3. Deepseek's GEMM1
+    # (K = 7168) takes 6 stages and its GEMM2 (K = 256) 2. T=1 and T >= 5 keep the general rules
     assert [tc_config("gemm1", 8 * T, 768, 2048, 8)["num_stages"] for T in (1, 2, 3, 4, 5)] == [4, 3, 3, 3, 4]
     assert [tc_config("gemm2", T, 2048, 768, 8)["GROUPS"] for T in (5, 6, 7)] == [4, 4, 4]
     assert tc_config("gemm1", 16, 768, 2048, 8)["num_stages"] == 3
@@ -310,34 +311,31 @@ def test_tc_config_rules(monkeypatch):
     assert tc_config("gemm1", 8, 256, 7168, 8, group_k=128, num_sms=132)["num_stages"] == 4   # T=1
     # deepseek's GEMM1 splits only below one wave of programs: 2 at T=2 (128 tiles), none at T=3
     assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128)["SPLIT_K"] for T in (1, 2, 3, 4)] == [4, 2, 1, 1]
-    # session 35: on an H100 (session 36: and an H200), where that rule gives GEMM1 its 6 stages with
-    # 128-wide block scales, K steps of two groups (BK 256) and 3 stages; the splits unchanged; not at
-    # T=1 or T >= 5, not at K <= 2048, not with more than 2 programs an SM, not on other GPUs (unmeasured)
-    h100 = dict(device_name="NVIDIA H100 80GB HBM3")
+    # on an H100 and an H200 (plan.DeviceFacts.tc_gemm1_block_groups), where that rule gives GEMM1 its
+    # 6 stages with 128-wide block scales, K steps of two groups (BK 256) and 3 stages; the splits
+    # unchanged; not at T=1 or T >= 5, not at K <= 2048, not with more than 2 programs an SM, not on
+    # other GPUs (unmeasured)
+    h100 = dict(block_groups=DEVICES["H100"].tc_gemm1_block_groups)
     got = [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, **h100) for T in (1, 2, 3, 4, 5)]
     assert [(c["BLOCK_K"], c["num_stages"]) for c in got] == [(128, 4)] + [(256, 3)] * 3 + [(128, 4)]
     assert [c["SPLIT_K"] for c in got[:4]] == [4, 2, 1, 1]
-    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, device_name="NVIDIA H200")["BLOCK_K"]
-            for T in (2, 3, 4)] == [256] * 3
-    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, device_name="NVIDIA A100-SXM4-80GB")["BLOCK_K"]
-            for T in (2, 3, 4)] == [128] * 3
+    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, block_groups=DEVICES["H200"].tc_gemm1_block_groups)
+            ["BLOCK_K"] for T in (2, 3, 4)] == [256] * 3
+    assert [tc_config("gemm1", 8 * T, 256, 7168, 8, group_k=128, block_groups=DEFAULT_DEVICE.tc_gemm1_block_groups)
+            ["BLOCK_K"] for T in (2, 3, 4)] == [128] * 3
     assert tc_config("gemm1", 16, 256, 2048, 8, group_k=128, **h100)["BLOCK_K"] == 128
     assert tc_config("gemm1", 16, 1536, 7168, 8, group_k=128, **h100)["BLOCK_K"] == 128   # 768 programs
-    # GEMM2 keeps one group a step (two: measured slower, session 36)
+    # GEMM2 keeps one group a step (two: measured slower)
     assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128, **h100)["BLOCK_K"] for T in (1, 2, 3, 4, 5)] == \
         [128] * 5
     assert [tc_config("gemm2", T, 7168, 256, 8, group_k=128, **h100)["GROUPS"] for T in (2, 3, 4)] == [4, 2, 2]
-    # the same rules on the H100 and the H200 (both measured); a GPU named in TC_RULES_OLD_ON
-    # would keep session 30's (4 stages, groups to 4 programs an SM)
-    for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", ""):
-        assert tc_config("gemm1", 16, 768, 2048, 8, device_name=name)["num_stages"] == 3
-    monkeypatch.setattr(dtc, "TC_RULES_OLD_ON", ("H200",))
-    h200 = dict(device_name="NVIDIA H200")
-    assert tc_config("gemm1", 16, 768, 2048, 8, **h200)["num_stages"] == 4
-    assert tc_config("gemm1", 16, 256, 7168, 8, group_k=128, **h200)["num_stages"] == 4
-    assert [tc_config("gemm2", T, 2048, 768, 8, **h200)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 8, 8]
-    assert tc_config("gemm1", 16, 768, 2048, 8, device_name="NVIDIA H100 80GB HBM3")["num_stages"] == 3
-    monkeypatch.undo()
+    # the same rules on the H100, the H200 and other GPUs where no block groups apply
+    # (the earlier rules kept for GPUs listed in TC_RULES_OLD_ON were removed: they measured slower)
+    for facts in (DEVICES["H200"], DEVICES["H100"], DEFAULT_DEVICE):
+        bg = dict(block_groups=facts.tc_gemm1_block_groups)
+        assert tc_config("gemm1", 16, 768, 2048, 8, **bg)["num_stages"] == 3
+        assert [tc_config("gemm2", T, 2048, 768, 8)["GROUPS"] for T in (1, 2, 3, 4)] == [8, 8, 4, 4]
+    assert tc_config("gemm1", 16, 256, 7168, 8, group_k=128, block_groups=True)["num_stages"] == 3
     # expert-shared from E / 2 pairs on (qwen3 E=128: T=8), with one K slice and no slot groups;
     # never for one token (k distinct experts), whatever E
     kw = dict(num_experts=128)
@@ -394,10 +392,10 @@ def test_gpu_tc_decode_real_sizes(model, tp, scheme, T):
 
 
 @pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: f"{s[0]}-{str(s[1]).replace('torch.', '')}")
-def test_tc_gemm2_early_weights(scheme):
-    # EARLY_W (GEMM2's first weight tile loaded before the wait for h; FUSEDMOE_TC_EARLY_W):
-    # bitwise the plain loop, with a right guess (1) and a wrong one forcing the re-read (2);
-    # slot groups of 1, 2 and 4 slots, K in 2 tiles, and a token whose first slot is dropped
+def test_tc_gemm2_slot_groups_and_a_dropped_first_slot(scheme):
+    # GEMM2 with slot groups of 1, 2 and 4 slots, K in 2 tiles, and a token whose first slot is
+    # dropped, against the reference (GEMM2's first weight tile loaded before its wait for h,
+    # EARLY_W, was removed: it measured slower)
     quant, dt, a_shape, _, block = scheme
     H, I = (H_BLK, I_BLK) if block else (H_ODD, I_ODD)
     T, k = 3, 4
@@ -407,79 +405,58 @@ def test_tc_gemm2_early_weights(scheme):
     emap[int(ids[1, 0])] = -1                                   # token 1's first slot: dropped
     qh = _quant_h(scheme, 2)
     for c1, c2 in CFGS[:3]:
-        outs = {}
-        for early in (0, 1, 2):
-            h, outs[early] = tc_decode(x, w13, w2, tw, ids, "silu", x_scale=a1, w13_scale=b1, w2_scale=b2,
-                                       quant=quant, block_shape=block, quantize_h=qh, expert_map=emap,
-                                       config1=dict(c1), config2=dict(c2, EARLY_W=early))
+        h, out = tc_decode(x, w13, w2, tw, ids, "silu", x_scale=a1, w13_scale=b1, w2_scale=b2,
+                           quant=quant, block_shape=block, quantize_h=qh, expert_map=emap,
+                           config1=dict(c1), config2=dict(c2))
         hq, hs = qh(h)
         ref2 = gemm2_ref(hq, w2, ids, tw, expert_map=emap, quant=quant, a_scale=hs, b_scale=b2, block=block)
-        assert _rel(outs[0], ref2) < 1e-2
-        assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0]), c2
-
-
-def test_tc_early_w_switch(monkeypatch):
-    # FUSEDMOE_TC_EARLY_W reaches GEMM2's launch (off by default: mixed on the H100, session 34);
-    # a config's EARLY_W wins over it
-    from fusedmoe.kernels.decode_tc import tc_gemm2_launch
-    scheme = SCHEMES[0]
-    T, k = 2, 4
-    x, w13, w2, a1, b1, b2 = _case(scheme, T, k, H_ODD, I_ODD)
-    tw, ids = _routing(T, E, k, seed=2)
-    hq, hs = _quant_h(scheme, 0)(torch.empty(T * k, I_ODD, device=DEV))
-    out = torch.zeros(T, H_ODD, dtype=torch.bfloat16, device=DEV)
-    c2 = dict(CFGS[0][1], SHARE=False)
-    (_, _), (p2, s2) = scratch(T, k, I_ODD, H_ODD, dict(CFGS[0][0], SHARE=False), c2, True, DEV)
-    for env_v, cfg_v, want in ((None, None, 0), ("1", None, 1), ("0", None, 0), ("1", 0, 0)):
-        if env_v is None:
-            monkeypatch.delenv("FUSEDMOE_TC_EARLY_W", raising=False)
-        else:
-            monkeypatch.setenv("FUSEDMOE_TC_EARLY_W", env_v)
-        cfg = dict(c2) if cfg_v is None else dict(c2, EARLY_W=cfg_v)
-        spec = tc_gemm2_launch(hq, w2, ids, tw, out, p2, s2, quant="channel", a_scale=hs, b_scale=b2, config=cfg)
-        assert spec[3]["EARLY_W"] == want, (env_v, cfg_v)
+        assert _rel(out, ref2) < 1e-2
 
 
 def test_tc_l2_pre_switch(monkeypatch):
-    # FUSEDMOE_TC_L2_PRE "G1,G2" (or one number for both) reaches the launches where they wait for
-    # the kernel before them on CUDA; a config's L2_PRE wins; unset, the rule: GEMM1 4 lines on an
-    # H100 (measured), 0 elsewhere, GEMM2 0; GEMM1's count is a power of two (a tl.arange length);
-    # bad values name the variable
-    from fusedmoe import env
+    # the tc GEMMs' L2 hints (L2_PRE) come from the launch config, which the plan fills where the
+    # launches wait for the kernel before them on CUDA: unforced, GEMM1 plan.DeviceFacts.tc_l2_pre_gemm1
+    # lines (4 on an H100 and an H200, measured; 0 elsewhere; 0 where GEMM1 shares experts), GEMM2
+    # 0; FUSEDMOE_PLAN tc_l2_pre [G1, G2] (or one number for both) overrides, SHARE's GEMM1 too.
+    # GEMM1's count is a power of two at the launch (a tl.arange length); bad values name the key
+    import json
+
+    from fusedmoe.config import QuantScheme
     from fusedmoe.errors import ConfigError
-    from fusedmoe.kernels import decode as dk
-    from fusedmoe.kernels.decode_tc import TC_L2_PRE_GEMM1, _l2_pre
-    from fusedmoe.kernels.launcher import next_power_of_2
+    from fusedmoe.kernels.decode_tc import _l2_pre
+    from fusedmoe.plan import DEVICES, Planner, PlanOverride
+    from fusedmoe.platform import Platform
+    from fusedmoe.presets import get_preset
 
     class Cuda:
         is_cuda = True
         device = torch.device("cuda", 0)
-    monkeypatch.delenv("FUSEDMOE_TC_L2_PRE", raising=False)
-    for name, want in (("NVIDIA H100 80GB HBM3", TC_L2_PRE_GEMM1), ("NVIDIA H200", TC_L2_PRE_GEMM1),
-                       ("NVIDIA A100-SXM4-80GB", 0)):
-        monkeypatch.setattr(dk, "_device_name", lambda index, n=name: n)
-        assert (_l2_pre({}, Cuda(), True, 0), _l2_pre({}, Cuda(), True, 1)) == (want, 0), name
-    for v, want in ((None, None), ("3", (3, 3)), ("4,1", (4, 1)), ("0,2", (0, 2))):
-        if v is None:
-            monkeypatch.delenv("FUSEDMOE_TC_L2_PRE", raising=False)
-        else:
-            monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", v)
-        assert env.tc_l2_pre() == want, v
-    monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", "3,2")
-    assert _l2_pre({}, Cuda(), True, 0) == 4 and _l2_pre({}, Cuda(), True, 1) == 2
+    qwen, fp8 = get_preset("qwen3-30b-a3b").to_config(), QuantScheme.parse("fp8_channel")
+
+    def l2(gpu="h100", T=2, **forced):      # (T = 2: 16 pairs, no expert sharing by the rule)
+        monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps(dict(w8a8_decode="tc", **forced)))
+        p = Planner(qwen, fp8, Platform.preset(gpu)).plan(T)
+        assert p.tc
+        return p.gemm1["L2_PRE"], p.gemm2["L2_PRE"]
+    assert DEVICES["H100"].tc_l2_pre_gemm1 == DEVICES["H200"].tc_l2_pre_gemm1 == 4
+    for gpu, want in (("h100", 4), ("h200", 4), ("b200", 0)):
+        assert l2(gpu) == (want, 0), gpu
+    for v, want in ((None, None), (3, (3, 3)), ([4, 1], (4, 1)), ([0, 2], (0, 2))):
+        text = None if v is None else json.dumps({"tc_l2_pre": v})
+        assert PlanOverride.parse(text).tc_l2_pre == want, v
+    assert l2(tc_l2_pre=[3, 2]) == (3, 2)
+    assert _l2_pre({"L2_PRE": 3}, Cuda(), True, 0) == 4 and _l2_pre({"L2_PRE": 2}, Cuda(), True, 1) == 2
     assert _l2_pre({"L2_PRE": 0}, Cuda(), True, 0) == 0 and _l2_pre({"L2_PRE": 1}, Cuda(), True, 1) == 1
-    assert _l2_pre({}, Cuda(), False, 0) == 0                       # no wait: nothing to overlap
-    assert _l2_pre({"SHARE": True}, Cuda(), True, 0) == 4           # SHARE's GEMM1 takes the variable too
-    monkeypatch.delenv("FUSEDMOE_TC_L2_PRE")
-    from fusedmoe.kernels.decode_tc import TC_L2_PRE_SHARE
-    monkeypatch.setattr(dk, "_device_name", lambda index: "NVIDIA H100 80GB HBM3")
-    assert _l2_pre({"SHARE": True}, Cuda(), True, 0) == (next_power_of_2(TC_L2_PRE_SHARE) if TC_L2_PRE_SHARE else 0)
-    monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", "3,2")
-    assert _l2_pre({}, torch.empty(1), True, 0) == 0                # CPU / interpreter: no inline PTX
-    for bad in ("x", "1,2,3", "-1", "1,"):
-        monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", bad)
-        with pytest.raises(ConfigError, match="FUSEDMOE_TC_L2_PRE"):
-            env.tc_l2_pre()
+    assert _l2_pre({}, Cuda(), True, 0) == 0                        # no key: none
+    assert _l2_pre({"L2_PRE": 3}, Cuda(), False, 0) == 0            # no wait: nothing to overlap
+    assert l2(tc_l2_pre=[3, 2], decode_pdl=False) == (0, 0)
+    assert l2(tc_l2_pre=[3, 2], decode_share=True)[0] == 3          # SHARE's GEMM1 takes the override too
+    assert l2(decode_share=True)[0] == 0                            # ... but no hint by default
+    assert _l2_pre({"L2_PRE": 3}, torch.empty(1), True, 0) == 0     # CPU / interpreter: no inline PTX
+    assert l2("cpu", tc_l2_pre=[3, 2]) == (0, 0)
+    for bad in ("x", [1, 2, 3], -1, [1], [1, -2], True):
+        with pytest.raises(ConfigError, match=r"FUSEDMOE_PLAN\['tc_l2_pre'\]"):
+            PlanOverride.parse(json.dumps({"tc_l2_pre": bad}))
 
 
 @pytest.mark.gpu
@@ -497,7 +474,6 @@ def test_gpu_tc_l2_pre_same_bits(model, tp, scheme, monkeypatch):
     from fusedmoe.presets import get_preset
     from fusedmoe.reference.moe import reference_moe
     from fusedmoe.tolerances import rel_error, tolerance
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
     cfg = get_preset(model).to_config(tp=tp)
     w = make_weights(cfg, scheme, "cuda", seed=3)
     for T in (2, 3, 5, 8):
@@ -507,8 +483,8 @@ def test_gpu_tc_l2_pre_same_bits(model, tp, scheme, monkeypatch):
         tw, ids = torch.topk(logits.softmax(-1), cfg.top_k, dim=-1)
         ids = ids.to(torch.int32)
         outs = []
-        for v in ("0", "4,2", "8,8"):
-            monkeypatch.setenv("FUSEDMOE_TC_L2_PRE", v)
+        for v in (0, [4, 2], [8, 8]):
+            monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps({"w8a8_decode": "tc", "tc_l2_pre": v}))
             pe = prepare_experts(cfg, w, "triton")
             outs.append(pe(x, tw, ids))
         torch.cuda.synchronize()
@@ -520,19 +496,24 @@ def test_gpu_tc_l2_pre_same_bits(model, tp, scheme, monkeypatch):
 @pytest.mark.gpu
 def test_gpu_tc_block_groups_same_bits(monkeypatch):
     # TC_GEMM1_BLOCK_GROUPS 2 (deepseek-v3 tp8 fp8_block GEMM1 K steps of two 128-wide scale
-    # groups, one dot and one scaling each; the H100's default) adds the same products in the
+    # groups, one dot and one scaling each, where plan.DeviceFacts.tc_gemm1_block_groups: the H100's
+    # and the H200's default) adds the same products in the
     # same order as one group a step: the layer's output is
     # bitwise the same at T = 2, 3, 4 (the T = 2..4 rule), and within the scheme's tolerance of the
     # reference
     if not _CUDA or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("fp8 wgmma tiles: sm90")
+    import dataclasses
+
     import fusedmoe.kernels.decode_tc as dtc
+    from fusedmoe import plan
     from fusedmoe.bench.harness import make_weights
     from fusedmoe.layer import prepare_experts
     from fusedmoe.presets import get_preset
     from fusedmoe.reference.moe import reference_moe
     from fusedmoe.tolerances import rel_error, tolerance
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
+    monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps({"w8a8_decode": "tc"}))
+    facts = plan.device_facts
     cfg = get_preset("deepseek-v3").to_config(tp=8)
     w = make_weights(cfg, "fp8_block", "cuda", seed=4)
     for T in (2, 3, 4):
@@ -542,12 +523,15 @@ def test_gpu_tc_block_groups_same_bits(monkeypatch):
         tw, ids = torch.topk(logits.softmax(-1), cfg.top_k, dim=-1)
         ids = ids.to(torch.int32)
         outs = []
-        monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS_ON", ("",))        # whatever this GPU
-        for g1 in (1, 2):
-            monkeypatch.setattr(dtc, "TC_GEMM1_BLOCK_GROUPS", g1)
+        assert dtc.TC_GEMM1_BLOCK_GROUPS == 2
+        for g1 in (1, 2):                                                   # whatever this GPU's facts say
+            monkeypatch.setattr(plan, "device_facts", lambda platform, on=g1 == 2: dataclasses.replace(
+                facts(platform), tc_gemm1_block_groups=on))
             assert dtc.tc_config("gemm1", T * cfg.top_k, cfg.intermediate_size, cfg.hidden_size, cfg.top_k,
-                                 group_k=128, device_name="any")["BLOCK_K"] == 128 * g1
-            outs.append(prepare_experts(cfg, w, "triton")(x, tw, ids))
+                                 group_k=128, block_groups=g1 == 2)["BLOCK_K"] == 128 * g1
+            pe = prepare_experts(cfg, w, "triton")
+            assert pe.kernel.experts.plan(T).gemm1["BLOCK_K"] == 128 * g1
+            outs.append(pe(x, tw, ids))
         torch.cuda.synchronize()
         assert torch.equal(outs[1], outs[0]), T
         ref = reference_moe(x, w, tw, ids, cfg, quantize_activations=True)
