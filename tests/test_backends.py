@@ -14,6 +14,9 @@ Legend: T tokens, E experts, k top-k, H hidden, I intermediate.
 """
 from __future__ import annotations
 
+import json
+import types
+
 import pytest
 import torch
 
@@ -95,6 +98,11 @@ def check(pe, cfg, weights, x, logits, bias=None):
     err = rel_error(out, ref)
     assert err <= tol, f"rel error {err:.3e} > {tol:.0e}"
     return out, ref
+
+
+def plan_env(monkeypatch, **forced):
+    """FUSEDMOE_PLAN with these keys (fusedmoe/plan.py PlanOverride), read by the next backend built."""
+    monkeypatch.setenv("FUSEDMOE_PLAN", json.dumps(forced))
 
 
 # ------------------------------------------------------------------------------ schemes
@@ -220,16 +228,11 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
     # (tc_share: tc with the expert-shared GEMMs forced on, kernels/decode_tc.py SHARE: the
     # table launch bound into the plan, called twice so the bound fast path runs too)
     if scheme == "none" and mode != "a16":
-        pytest.skip("16-bit weights: FUSEDMOE_W8A8_DECODE does not apply")
-    if mode == "tc_share":
-        monkeypatch.setenv("FUSEDMOE_DECODE_SHARE", "1")
-        mode = "tc"
-        share = True
-    else:
-        share = False
+        pytest.skip("16-bit weights: w8a8_decode does not apply")
+    share = mode == "tc_share"
+    mode = "tc" if share else mode
     a16 = mode == "a16"
-    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "16")
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", mode)
+    plan_env(monkeypatch, decode_pairs=16, w8a8_decode=mode, **({"decode_share": True} if share else {}))
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
     cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32", **kw)
@@ -237,17 +240,19 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
     pe = build("triton", cfg, w)
     assert pe.kernel.experts.decode_pairs == 16
     ex = pe.kernel.experts
-    assert ex.decode_mode(7).tc == (mode in ("tc", "auto") and scheme != "none")
+    assert ex.plan(7).tc == (mode in ("tc", "auto") and scheme != "none")
     assert pe.quantizes_activations(7) == (scheme != "none" and not a16)
     assert pe.quantizes_activations(9) == (scheme != "none")               # 18 pairs: grouped path
     # auto: one token in a16 math, fp8_block two, fp8_channel three (the fastest on the H100,
-    # backends/triton.auto_a16_max_t), more on the tensor cores
-    from fusedmoe.backends.triton import auto_a16_max_t
+    # plan.DeviceFacts.a16_max_t), more on the tensor cores
+    from fusedmoe.plan import DEFAULT_DEVICE, a16_max_t, device_facts
     from fusedmoe.platform import Platform
-    assert auto_a16_max_t(w.scheme) == {"fp8_block": 2, "fp8_channel": 3}.get(scheme, 1)   # H100 / unknown
+    assert a16_max_t(w.scheme, DEFAULT_DEVICE) == {"fp8_block": 2, "fp8_channel": 3}.get(scheme, 1)   # unknown GPU
+    assert a16_max_t(w.scheme, device_facts(Platform.preset("h100"))) == a16_max_t(w.scheme, DEFAULT_DEVICE)
     h200 = Platform("cuda", "NVIDIA H200", (9, 0), 140.0, 132, True)
-    assert auto_a16_max_t(w.scheme, h200) == {"fp8_channel": 2}.get(scheme, 1)      # (session 32)
-    auto_a16 = auto_a16_max_t(w.scheme, ex.platform)                     # this machine's
+    assert a16_max_t(w.scheme, device_facts(h200)) == {"fp8_channel": 2}.get(scheme, 1)
+    auto_a16 = a16_max_t(w.scheme, device_facts(ex.platform))           # this machine's
+    assert ex.planner.a16_max_t == auto_a16
     for T in (1, 2, 3, 4):
         assert pe.quantizes_activations(T) == (scheme != "none" and (
             mode in ("a8", "tc") or (mode == "auto" and T > auto_a16))), T
@@ -260,24 +265,28 @@ def test_triton_decode_path_every_scheme(mk, monkeypatch, scheme, feature, mode)
 
 
 def test_triton_tc_decode_configs_know_the_device(mk, monkeypatch):
-    # the tensor-core decode's tile rules may depend on the GPU (kernels/decode_tc.py
-    # TC_RULES_OLD_ON, empty since session 32): the backend hands tc_config its platform's name
+    # the tensor-core decode's tile rules may depend on the GPU: the plan hands tc_config its
+    # platform's device facts (plan.DeviceFacts.tc_gemm1_block_groups, GEMM1's)
     from fusedmoe.kernels import decode_tc
+    from fusedmoe.plan import DEVICES, Planner, PlanOverride, device_facts
     seen = []
     real = decode_tc.tc_config
 
-    def spy(*a, **kw):
-        seen.append(kw.get("device_name"))
-        return real(*a, **kw)
+    def spy(gemm, *a, **kw):
+        if gemm == "gemm1":
+            seen.append(kw.get("block_groups"))
+        return real(gemm, *a, **kw)
     monkeypatch.setattr(decode_tc, "tc_config", spy)
-    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "16")
-    monkeypatch.setenv("FUSEDMOE_W8A8_DECODE", "tc")
+    plan_env(monkeypatch, decode_pairs=16, w8a8_decode="tc")
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = mk.config(E=8, k=2, H=256, I=128, dtype="float32")
     w = mk.weights(cfg, "fp8_channel", seed=51).to(dev)
     pe = build("triton", cfg, w)
     check(pe, cfg, w, mk.x(cfg, 3, seed=52).to(dev), mk.logits(cfg, 3, seed=53).to(dev))
-    assert seen and set(seen) == {pe.kernel.experts.platform.name}
+    assert seen and set(seen) == {device_facts(pe.kernel.experts.platform).tc_gemm1_block_groups}
+    seen.clear()
+    Planner(cfg, w.scheme, Platform.preset("h100"), forced=PlanOverride(decode_pairs=16, w8a8_decode="tc")).plan(3)
+    assert seen == [DEVICES["H100"].tc_gemm1_block_groups] == [True]
 
 
 @pytest.mark.parametrize("feature", ["plain", "bias_ep"])
@@ -285,7 +294,7 @@ def test_triton_fp8_block_rescale_through_the_layer(mk, feature):
     # fp8_block on the grouped path with RESCALE (block scales applied to the accumulator in
     # place) and with the per-group dot: both within the scheme's tolerance of the reference
     # and within fp32 rounding of each other; the selection report names the variant
-    from fusedmoe.backends.triton import _extras
+    from fusedmoe.plan import _extras
     from fusedmoe.tuned_configs import override
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
@@ -306,7 +315,7 @@ def test_triton_gemm2_a_resident_through_the_layer(mk, feature):
     # the A-resident GEMM2 (config A_RESIDENT, the deepseek-v3 tp8 prefill entry's) through
     # the layer: within fp32 rounding of the tiled GEMM2 and of the reference, with bias and
     # expert parallelism (non-local experts dropped); the selection report names the variant
-    from fusedmoe.backends.triton import _extras
+    from fusedmoe.plan import _extras
     from fusedmoe.tuned_configs import override
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     kw = dict(has_bias=True, parallel=ParallelConfig(ep_size=2, ep_rank=1)) if feature == "bias_ep" else {}
@@ -324,7 +333,7 @@ def test_triton_gemm2_a_resident_through_the_layer(mk, feature):
 
 def test_selection_report_names_one_dot_and_half_tail():
     # the selection report's config extras name GU_ONE_DOT and HALF_TAIL where a config has them
-    from fusedmoe.backends.triton import _extras
+    from fusedmoe.plan import _extras
     c = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64)
     assert _extras(c) == ""
     assert _extras(dict(c, USE_TMA=True, GU_ONE_DOT=True)) == " tma one-dot"
@@ -357,7 +366,7 @@ def test_triton_grouped_nan_token_stays_in_its_row(mk, scheme, rescale):
 
 @pytest.mark.parametrize("scheme,I_", [("fp8_block", 128), ("fp8_channel", 192)])
 def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
-    # FUSEDMOE_H_QUANT: 'epilogue' (GEMM1 writes fp8 h in 1 x g groups, no requantization
+    # FUSEDMOE_PLAN h_quant: 'epilogue' (GEMM1 writes fp8 h in 1 x g groups, no requantization
     # kernel) and 'kernel' (16-bit h, then the scheme's quantizer) both match the reference of
     # the math they do: fp8_block's own 1 x 128 rule either way; fp8_channel per-token with
     # 'kernel', 1 x 128 groups with 'epilogue' (I = 192: a partial second group, wrapped tile
@@ -372,10 +381,10 @@ def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
     c2 = dict(c1, BLOCK_SIZE_N=32)
     outs = {}
     for mode in ("kernel", "epilogue"):
-        monkeypatch.setenv("FUSEDMOE_H_QUANT", mode)
+        plan_env(monkeypatch, h_quant=mode)
         with override((c1, c2)):
             pe = build("triton", cfg, w)
-            g = pe.kernel.experts._h_epilogue(c1, c2)
+            g = pe.kernel.experts.plan(23).h_group
             assert g == (128 if mode == "epilogue" else 0)  # (kernel: the default)
             assert pe.h_group(23) == (128 if mode == "epilogue" and scheme == "fp8_channel" else None)
             outs[mode] = check(pe, cfg, w, x, logits)[0]
@@ -390,20 +399,20 @@ def test_triton_h_quantized_in_gemm1_epilogue(mk, monkeypatch, scheme, I_):
         line = _variants(cfg, w.scheme, Platform.current())["T=1024"]
     assert "h quantized in GEMM1's epilogue (fp8, 1 x 128 groups" in line
     assert ("finer than the scheme's per-token rule" in line) == (scheme == "fp8_channel")
-    from fusedmoe import env
-    monkeypatch.delenv("FUSEDMOE_H_QUANT")
-    assert env.h_quant() == ""                             # unset: the default per scheme
+    from fusedmoe import plan
+    monkeypatch.delenv("FUSEDMOE_PLAN")
+    assert plan.override().h_quant == ""                   # unset: the default per scheme
     with override((c1, c2)):
         pe = build("triton", cfg, w)
-        assert pe.kernel.experts._h_epilogue(c1, c2) == (128 if scheme == "fp8_block" else 0)
-    monkeypatch.setenv("FUSEDMOE_H_QUANT", "fast")
-    with pytest.raises(ValueError, match="FUSEDMOE_H_QUANT='fast'.*accepted: 'epilogue' or 'kernel'"):
+        assert pe.kernel.experts.plan(23).h_group == (128 if scheme == "fp8_block" else 0)
+    plan_env(monkeypatch, h_quant="fast")
+    with pytest.raises(ValueError, match=r"FUSEDMOE_PLAN\['h_quant'\]='fast'.*accepted: kernel, epilogue"):
         build("triton", cfg, w)
 
 
 @pytest.mark.parametrize("scheme", ["none", "fp8_channel"])
 def test_triton_reduce_modes(mk, monkeypatch, scheme):
-    # FUSEDMOE_REDUCE: how the grouped GEMM2 sums a token's k slots when the caller did not ask
+    # FUSEDMOE_PLAN reduce: how the grouped GEMM2 sums a token's k slots when the caller did not ask
     # for determinism ('atomic_out': atomic adds into the output itself, no y, no reduce
     # kernel); deterministic=True keeps the fixed-order reduce whatever it says. Every mode
     # matches the reference (T = 64, k = 2: the grouped path); the report names the mode.
@@ -415,44 +424,51 @@ def test_triton_reduce_modes(mk, monkeypatch, scheme):
     x, logits = mk.x(cfg, 64, seed=72).to(dev), mk.logits(cfg, 64, seed=73).to(dev)
     outs = {}
     for mode in ("deterministic", "atomic_out", "atomic"):
-        monkeypatch.setenv("FUSEDMOE_REDUCE", mode)
+        plan_env(monkeypatch, reduce=mode)
         for det in (False, True):
             pe = prepare_experts(cfg, w, "triton", deterministic=det)
-            assert pe.kernel.experts.reduce_for(64) == ("deterministic" if det else mode)
+            assert pe.kernel.experts.plan(64).reduce == ("deterministic" if det else mode)
             out = check(pe, cfg, w, x, logits)[0]
             if not det:
                 outs[mode] = out
         line = _variants(cfg, w.scheme, Platform.current())["T=1024"]
-        assert (f"FUSEDMOE_REDUCE={mode}" in line) == (mode != "deterministic")
+        assert (f"FUSEDMOE_PLAN reduce={mode}" in line) == (mode != "deterministic")
     # the k-sum rounded once (deterministic, atomic via fp32) or per slot (atomic_out)
     assert rel_error(outs["atomic"], outs["deterministic"]) < 1e-2
     assert rel_error(outs["atomic_out"], outs["deterministic"]) < 1e-2
-    monkeypatch.setenv("FUSEDMOE_REDUCE", "fast")
-    with pytest.raises(ValueError, match="FUSEDMOE_REDUCE='fast'.*accepted: 'deterministic', 'atomic' or"):
+    plan_env(monkeypatch, reduce="fast")
+    with pytest.raises(ValueError, match=r"FUSEDMOE_PLAN\['reduce'\]='fast'.*accepted: deterministic, atomic, "):
         prepare_experts(cfg, w, "triton")
 
 
 def test_zero_in_gemm1_rule(monkeypatch):
-    import fusedmoe.backends.triton as tb
-    assert not tb.zero_in_gemm1(16384 * 2048)          # qwen3 T=16384: the quantizer / fill zeroes
-    assert tb.zero_in_gemm1(16384 * 7168)              # deepseek-v3 T=16384: GEMM1 does
-    monkeypatch.setattr(tb, "ZERO_IN_GEMM1", False)
-    assert not tb.zero_in_gemm1(16384 * 7168)
+    # who zeroes an atomic k-sum's output (LaunchPlan.zero): GEMM1 on the side above
+    # plan.ZERO_IN_GEMM1_MIN elements, else the quantization of x / a fill ahead of the alignment
+    from fusedmoe import plan
+    from fusedmoe.presets import get_preset
+    h100, forced = Platform.preset("h100"), plan.PlanOverride(reduce="atomic_out")
+
+    def zero(cfg, T):
+        return plan.Planner(cfg, QuantScheme(), h100, forced=forced).plan(T).zero
+    qw, ds = get_preset("qwen3-30b-a3b").to_config(), get_preset("deepseek-v3").to_config(tp=8)
+    assert zero(qw, 16384) == "early"                  # qwen3 T=16384: the quantizer / fill zeroes
+    assert zero(ds, 16384) == "gemm1"                  # deepseek-v3 T=16384: GEMM1 does
+    monkeypatch.setattr(plan, "ZERO_IN_GEMM1_MIN", 1 << 62)
+    assert zero(ds, 16384) == "early"
 
 
 @pytest.mark.parametrize("scheme", ["none", "fp8_tensor", "fp8_tensor:static", "fp8_channel", "fp8_block",
                                     "int8_channel"])
 @pytest.mark.parametrize("zero", ["gemm1", "early", "gemm2"])
 def test_triton_atomic_out_zeroes_a_dirty_output(mk, monkeypatch, scheme, zero):
-    # the atomic k-sum adds into the output, so something must zero it first: with FUSED_ZERO
-    # GEMM1 on the side (ZERO_IN_GEMM1), or the quantization of x (W8A8) / a fill ahead of the
-    # alignment (16-bit), else GEMM2 itself. The output buffer here is full of NaN and large
+    # the atomic k-sum adds into the output, so something must zero it first: GEMM1 on the side
+    # (outputs above plan.ZERO_IN_GEMM1_MIN elements), or the quantization of x (W8A8) / a fill
+    # ahead of the alignment (16-bit), else GEMM2 itself (an output that is not [T, H] rows of
+    # unit stride: here a column-major one). The output buffer here is full of NaN and large
     # values before the call (a reused workspace, or the caller's rows): any row left unzeroed shows.
-    import fusedmoe.backends.triton as tb
-    monkeypatch.setenv("FUSEDMOE_REDUCE", "atomic_out")
-    monkeypatch.setattr(tb, "FUSED_ZERO", zero != "gemm2")
-    monkeypatch.setattr(tb, "ZERO_IN_GEMM1", zero == "gemm1")
-    monkeypatch.setattr(tb, "ZERO_IN_GEMM1_MIN", 0)
+    from fusedmoe import plan
+    plan_env(monkeypatch, reduce="atomic_out")
+    monkeypatch.setattr(plan, "ZERO_IN_GEMM1_MIN", 0 if zero == "gemm1" else 1 << 62)
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
     cfg = mk.config(E=8, k=2, H=256, I=128, dtype="bfloat16" if cuda else "float16")
@@ -461,10 +477,13 @@ def test_triton_atomic_out_zeroes_a_dirty_output(mk, monkeypatch, scheme, zero):
     x, logits = mk.x(cfg, T, seed=82).to(dev), mk.logits(cfg, T, seed=83).to(dev)
     pe = prepare_experts(cfg, w, "triton")
     kern = pe.kernel
-    assert kern.experts.reduce_for(T) == "atomic_out"
+    assert kern.experts.plan(T).reduce == "atomic_out"
+    assert kern.experts.plan(T).zero == ("gemm1" if zero == "gemm1" else "early")
     res = route(logits, cfg.top_k, cfg.routing)
     prep = kern.prepare_finalize.prepare(x, res.topk_weights, res.topk_ids, cfg, kern.experts, None)
     ws = kern.workspace_for(T, cfg.top_k, x.device)
+    if zero == "gemm2":
+        ws = dict(ws, out=torch.empty(cfg.hidden_size, T, dtype=cfg.torch_dtype, device=dev).t())
     ws["out"].fill_(float("nan"))
     ws["out"][::3] = 1e4
     out = kern.experts.apply(prep, ws, None)
@@ -485,18 +504,23 @@ def _small_triton(mk, scheme, seed):
     return dev, cfg, w, prepare_experts(cfg, w, "triton")
 
 
+def _set_launch_configs(ex, get):
+    """Triton experts ``ex`` take their launch configs from ``get(T) -> (gemm1, gemm2)``."""
+    ex.planner._lc = types.SimpleNamespace(get=get, describe=lambda: "test configs")
+    ex.planner._plans.clear()
+
+
 @pytest.mark.parametrize("scheme", ["none", "fp8_channel"])
 def test_triton_gemm2_block_m_above_gemm1s(mk, scheme):
     # launch configs with GEMM2 tiling more rows than GEMM1 (BM 32 over 16): the tokens are
-    # aligned to the larger (align_bm), GEMM1 runs sub-blocks of the runs; before, GEMM2 was
+    # aligned to the larger (LaunchPlan.block_m), GEMM1 runs sub-blocks of the runs, not GEMM2
     # clamped to GEMM1's BM. Matches the reference; the workspace is sized for the larger block
-    from fusedmoe.backends.triton import align_bm
     dev, cfg, w, pe = _small_triton(mk, scheme, 91)
     ex = pe.kernel.experts
     tiles = dict(BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=2, SPLIT_K=1)
-    ex.lc.get = lambda T: (dict(tiles, BLOCK_SIZE_M=16), dict(tiles, BLOCK_SIZE_M=32))
-    c1, c2 = ex.configs(64)
-    assert (c1["BLOCK_SIZE_M"], c2["BLOCK_SIZE_M"], align_bm(c1, c2)) == (16, 32, 32)
+    _set_launch_configs(ex, lambda T: (dict(tiles, BLOCK_SIZE_M=16), dict(tiles, BLOCK_SIZE_M=32)))
+    c1, c2 = ex.planner.configs(64)
+    assert (c1["BLOCK_SIZE_M"], c2["BLOCK_SIZE_M"], ex.plan(64).block_m) == (16, 32, 32)
     ws = pe.kernel.workspace_for(64, cfg.top_k, dev)
     assert ws["expert_ids"].numel() * 32 == ws["sorted_ids"].numel()
     check(pe, cfg, w, mk.x(cfg, 64, seed=92).to(dev), mk.logits(cfg, 64, seed=93).to(dev))
@@ -509,12 +533,12 @@ def test_triton_sorted_h(mk, scheme, tma):
     # row per padded position and GEMM1 / GEMM2 write / read it in sorted order, and x is copied
     # to the sorted positions (workspace xs) for GEMM1; a W8A8 scheme ignores both keys (its x
     # and h are quantized per token / slot). Both match the reference; the report names them
-    from fusedmoe.backends.triton import _extras
+    from fusedmoe.plan import _extras
     dev, cfg, w, pe = _small_triton(mk, scheme, 95)
     ex = pe.kernel.experts
     tiles = dict(BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=2,
                  SPLIT_K=1, USE_TMA=tma)
-    ex.lc.get = lambda T: (dict(tiles, SORTED_X=True), dict(tiles, SORTED_H=True))
+    _set_launch_configs(ex, lambda T: (dict(tiles, SORTED_X=True), dict(tiles, SORTED_H=True)))
     ws = pe.kernel.workspace_for(64, cfg.top_k, dev)
     rows = ws["sorted_ids"].numel() if scheme == "none" else 64 * cfg.top_k
     assert tuple(ws["h"].shape) == (rows, cfg.intermediate_size)
@@ -528,10 +552,11 @@ def test_triton_sorted_h(mk, scheme, tma):
 
 
 def test_triton_reduce_rule():
-    # unset FUSEDMOE_REDUCE: atomic adds into the output where the H100 measured them faster
+    # no reduce forced: atomic adds into the output where the H100 measured them faster
     # (CUDA, 16-bit output, >= 64 pairs a local expert, y up to 2^29 elements), else the
     # fixed-order reduce; the report says which, per bucket
-    from fusedmoe.backends.triton import ATOMIC_OUT_MAX_Y, _variants, reduce_rule
+    from fusedmoe.backends.triton import _variants
+    from fusedmoe.plan import ATOMIC_OUT_MAX_Y, reduce_rule
     from fusedmoe.presets import get_preset
     h100, cpu = Platform.preset("h100"), Platform.preset("cpu")
     ds, qw = get_preset("deepseek-v3").to_config(tp=8), get_preset("qwen3-30b-a3b").to_config()
@@ -567,16 +592,18 @@ def test_triton_reduce_rule():
 
 
 def test_triton_decode_pair_bounds(monkeypatch):
-    # the measured crossovers (backends/triton.py docstring): 16-bit E/4; W8A8 with 16-bit
+    # the measured crossovers (plan.decode_pairs): 16-bit E/4; W8A8 with 16-bit
     # activations min(E/4, 32); W8A8 quantized (a8) E/16; tensor cores (tc, auto) min(E/2, 128)
     # from 64 experts, E/4 below; never below k
-    from fusedmoe.backends.triton import decode_pairs
+    from fusedmoe.plan import Planner, decode_pairs
     for (E, k), want in {(128, 8): (32, 32, 8, 64, 64), (256, 8): (64, 32, 16, 128, 128),
                          (8, 2): (2, 2, 2, 2, 2), (512, 8): (128, 32, 32, 128, 128)}.items():
         cfg = MoEConfig(E, k, 256, 128)
         assert tuple(decode_pairs(cfg, m) for m in ("16bit", "a16", "a8", "tc", "auto")) == want, (E, k)
-    monkeypatch.setenv("FUSEDMOE_DECODE_PAIRS", "5")
-    assert decode_pairs(MoEConfig(128, 8, 256, 128), "a16") == 5
+    assert decode_pairs(MoEConfig(128, 8, 256, 128), "a16", forced=5) == 5
+    plan_env(monkeypatch, decode_pairs=5, w8a8_decode="a16")
+    fp8 = QuantScheme.parse("fp8_channel")
+    assert Planner(MoEConfig(128, 8, 256, 128), fp8, Platform.preset("h100")).decode_pairs == 5
 
 
 # ------------------------------------------------------------------------------ strided inputs
