@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Mapping, Optional
 
@@ -458,17 +459,17 @@ class Planner:
         return out
 
 
-def make_launch_configs(config: MoEConfig, scheme, platform):
-    """The tuned launch configs for this shape and GPU, with the shape-aware defaults behind."""
+def _default_configs(dt, gated, n13, nsm, T, E, N, H, top_k, tag):
     from .kernels.grouped_gemm import default_config
-    from .tuned_configs import LaunchConfigs
-    dt, gated, n13, nsm = config.torch_dtype, config.is_gated, config.n13, platform.num_sms or 132
+    return {g: default_config(T, E, n13, H, top_k, dt, gemm=g, gated=gated, num_sms=nsm) for g in ("gemm1", "gemm2")}
 
-    def defaults(T, E, N, H, top_k, tag):
-        return {g: default_config(T, E, n13, H, top_k, dt, gemm=g, gated=gated, num_sms=nsm)
-                for g in ("gemm1", "gemm2")}
+
+def make_launch_configs(config: MoEConfig, scheme, platform):
+    """The tuned launch configs for this shape and GPU, with the shape-aware defaults behind
+    (a partial of a module-level function, so that the configs pickle)."""
+    from .tuned_configs import LaunchConfigs
     lc = LaunchConfigs.for_config(config, scheme, platform)
-    lc.default_fn = defaults
+    lc.default_fn = partial(_default_configs, config.torch_dtype, config.is_gated, config.n13, platform.num_sms or 132)
     return lc
 
 
