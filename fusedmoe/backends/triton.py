@@ -10,6 +10,8 @@ Weights: swigluoai's interleaved gate/up rows are de-interleaved into halves onc
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from ..config import GateUpLayout, MoEConfig, QuantMethod
@@ -58,8 +60,10 @@ class TritonExperts(Experts):
         self.decode_pairs = self.planner.decode_pairs
         from ..kernels import launcher
         launcher.set_fast(self.planner.forced.fast_launch)
-        self._plans: dict = {}      # decode: shape key -> the bound launches (_decode)
-        self._qplans: dict = {}     # decode: input key -> (bound quantization launch, q, scale)
+        # keyed by thread too: a bound launch reuses its argument list and buffers (h, scratch,
+        # q), so two threads calling one module at once must not share one
+        self._plans: dict = {}      # decode: (shape, thread) key -> the bound launches (_decode)
+        self._qplans: dict = {}     # decode: (input, thread) key -> (bound quantization launch, q, scale)
         self._specs: dict = {}
 
     def plan(self, T: int):
@@ -155,7 +159,7 @@ class TritonExperts(Experts):
                                                   QuantMethod.FP8_BLOCK)
                 or not a.is_cuda or a.dim() != 2 or a.stride(-1) != 1 or a.shape[0] == 0):
             return self._quant(a, static_scale, pdl)
-        key = (role, a.shape, a.stride(0), a.dtype, a.device, pdl)
+        key = (role, a.shape, a.stride(0), a.dtype, a.device, pdl, threading.get_ident())
         qp = self._qplans.get(key)
         if qp is not None:
             qp[0].fast(a)
@@ -194,7 +198,7 @@ class TritonExperts(Experts):
         only put this call's tensors into their slots: a decode forward's host time is mostly
         this Python. ``h`` None: the bound plan's (allocated at its first call)."""
         x, x_scale = self._dquant(x, self.weights.a13_scale, p)
-        key = (ids.shape, x.stride(), None if expert_map is None else expert_map.shape)
+        key = (ids.shape, x.stride(), None if expert_map is None else expert_map.shape, threading.get_ident())
         bound = self._plans.get(key)
         if h is None:
             h = bound[2] if bound is not None else None

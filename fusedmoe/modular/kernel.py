@@ -2,7 +2,9 @@
 
 - Workspaces are allocated once per (chunk size) from what the Experts declare
   (``Experts.workspace``) and reused: no allocation in steady state, so CUDA-graph replay
-  sees stable addresses.
+  sees stable addresses. Each thread gets its own (two threads calling one module at once
+  would otherwise write each other's buffers): a graph captured on a thread replays that
+  thread's buffers, which the kernel keeps while it lives (up to ``MAX_THREADS`` threads).
 - T is processed in chunks of at most ``chunk_size`` tokens (``FUSEDMOE_CHUNK_SIZE``,
   default 16384) so workspace stays bounded; each chunk is independent, so chunked and
   unchunked results agree to rounding, except for schemes with a dynamic per-TENSOR
@@ -21,6 +23,7 @@
 """
 from __future__ import annotations
 
+import threading
 from typing import Callable, Optional
 
 import torch
@@ -30,6 +33,19 @@ from ..errors import ConfigError, InputError
 from .interfaces import ActivationFormat, Experts, NoOpWeightAndReduce, PrepareFinalize
 
 __all__ = ["ModularKernel"]
+
+MAX_THREADS = 64        # threads whose workspaces a kernel keeps (then the oldest thread's are freed)
+
+
+class _Workspaces:
+    """One thread's workspaces: declared buffers -> {name: tensor} (at most a few shapes), and
+    (spec object, device, buffers) of its last call (the host fast path)."""
+
+    __slots__ = ("ws", "last")
+
+    def __init__(self):
+        self.ws: dict = {}
+        self.last = None
 
 
 class ModularKernel:
@@ -60,8 +76,8 @@ class ModularKernel:
             # exceeds it so no token is ever dropped.
             self.chunk_size = min(self.chunk_size, experts.max_num_tokens)
         self.config = experts.config
-        self._ws: dict = {}          # declared buffers -> {name: tensor}; at most a few shapes
-        self._last_ws = None         # (spec object, device, buffers) of the last call: host fast path
+        self._threads: dict = {}     # threading.get_ident() -> _Workspaces
+        self._lock = threading.Lock()
         self._wr = experts.weight_and_reduce()
         self._alias_out = isinstance(self._wr, NoOpWeightAndReduce)
         self._on_input = self.config.routing.apply_router_weight_on_input
@@ -80,30 +96,72 @@ class ModularKernel:
             self._direct = None
 
     # -------------------------------------------------------------------------------------
+    def _mine(self) -> _Workspaces:
+        """The calling thread's workspaces (a dict lookup on the host)."""
+        tid = threading.get_ident()
+        mine = self._threads.get(tid)
+        if mine is None:
+            with self._lock:                 # another thread may be adding or evicting
+                if len(self._threads) >= MAX_THREADS:
+                    self._threads.pop(next(iter(self._threads)))
+                mine = self._threads[tid] = _Workspaces()
+        return mine
+
+    @property
+    def _ws(self) -> dict:
+        """The calling thread's buffers by declared shape."""
+        return self._mine().ws
+
+    @property
+    def _last_ws(self):
+        return self._mine().last
+
     def workspace_for(self, M: int, topk: int, device) -> dict:
-        """The workspace tensors for a chunk of M tokens (allocated once per shape)."""
+        """The calling thread's workspace tensors for a chunk of M tokens (allocated once per
+        shape)."""
         if self.experts.activation_format == ActivationFormat.BATCHED:
             M = self.experts.max_num_tokens
         # keyed by the declared buffers themselves: their sizes depend on the launch config
         # (block size, split-K), not only on M, so a config override gets fitting buffers
         spec = self.experts.workspace(M, topk)
-        last = self._last_ws
+        mine = self._mine()
+        last = mine.last
         if last is not None and last[0] is spec and last[1] == device:
             return last[2]          # the experts memoize their spec per shape: the common case
         key = (tuple((n, tuple(shape), dt) for n, (shape, dt) in spec.buffers.items()), str(device))
-        ws = self._ws.get(key)
+        cache = mine.ws
+        ws = cache.get(key)
         if ws is None:
-            if len(self._ws) >= 4:      # bound the cache: a serving loop sees few distinct T
-                self._ws.pop(next(iter(self._ws)))
-            ws = self._ws[key] = {name: torch.empty(shape, dtype=dtype, device=device)
-                                  for name, (shape, dtype) in spec.buffers.items()}
-        self._last_ws = (spec, device, ws)
+            if len(cache) >= 4:      # bound the cache: a serving loop sees few distinct T
+                cache.pop(next(iter(cache)))
+            ws = cache[key] = {name: torch.empty(shape, dtype=dtype, device=device)
+                               for name, (shape, dtype) in spec.buffers.items()}
+        mine.last = (spec, device, ws)
         return ws
 
     def reset_workspaces(self) -> None:
-        """Free the cached workspaces (they are rebuilt on the next call)."""
-        self._ws.clear()
-        self._last_ws = None
+        """Free the cached workspaces of every thread (they are rebuilt on the next call; a
+        call in flight keeps the buffers it holds)."""
+        with self._lock:
+            self._threads = {}
+
+    def __getstate__(self):
+        # workspaces are per process and thread: a copy allocates its own
+        state = dict(self.__dict__)
+        state["_threads"], state["_lock"] = {}, None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def chunk_sizes(self, T: int) -> tuple:
+        """The distinct token counts of the chunks a call of T tokens runs: (C,) or (C, T % C)
+        with C = ``chunk_size`` for T > C, (T,) for 0 < T <= C, () for T = 0."""
+        C = self.chunk_size
+        if T <= C:
+            return (T,) if T > 0 else ()
+        return (C, T % C) if T % C else (C,)
 
     def __call__(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
                  expert_map: Optional[torch.Tensor] = None) -> torch.Tensor:
