@@ -1,6 +1,7 @@
 """``emulation``: any scheme through a 16-bit engine.
 
-Weights are dequantized ONCE at construction into the activation dtype; activations are
+Weights are dequantized once into the activation dtype (again only after they change:
+loaded, updated in place; ``torch_ref.WeightsDerived``); activations are
 fake-quantized exactly as the scheme quantizes them (GEMM1's input and GEMM2's input), so
 the numerics match the scheme's reference while the GEMMs run on a fast 16-bit engine:
 PyTorch's grouped GEMM where it can run (CPU; bf16 on sm80+), else the reference loop.
@@ -8,6 +9,8 @@ The fast correct path for formats this chip cannot run natively (nvfp4/mxfp4 on 
 fp8 on Ampere); it costs 16-bit weight memory and bandwidth (a one-time WARNING says so).
 """
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 
@@ -18,7 +21,7 @@ from ..reference.quant import fake_quant_activation
 from ..weights import ExpertWeights
 from .grouped_mm import GroupedMMExperts, _check as _grouped_check
 from .registry import ALL_QUANT, BackendSpec, register
-from .torch_ref import TorchRefBatchedExperts, TorchRefExperts
+from .torch_ref import TorchRefBatchedExperts, TorchRefExperts, dequantized
 
 
 def _dequant16(config, weights: ExpertWeights) -> ExpertWeights:
@@ -31,8 +34,16 @@ class EmulationExperts(GroupedMMExperts):
     """grouped_mm over dequantized weights, with the scheme's activation fake-quantization."""
 
     def __init__(self, config, weights: ExpertWeights, **kw):
-        super().__init__(config, _dequant16(config, weights), **kw)
+        self._w16 = dequantized(weights, partial(_dequant16, config))
+        super().__init__(config, self._w16.get(), **kw)
         self.orig = weights                      # scheme + static activation scales
+
+    def apply(self, prep, ws, expert_map):
+        w16 = self._w16.get()
+        if w16 is not self.weights:              # the weights changed: view the new copy
+            self.w13_t, self.w2_t = w16.w13.transpose(1, 2), w16.w2.transpose(1, 2)
+            self.weights = w16
+        return super().apply(prep, ws, expert_map)
 
     def gemm_input(self, x):
         return fake_quant_activation(x.float(), self.orig.scheme, static_scale=self.orig.a13_scale)
