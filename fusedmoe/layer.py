@@ -12,7 +12,9 @@ the registered custom op ``torch.ops.fusedmoe.experts`` (with a fake implementat
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
@@ -88,16 +90,47 @@ def check_inputs(config: MoEConfig, x: torch.Tensor, topk_weights: torch.Tensor,
                              "top-k routing never repeats an expert; deduplicate the ids")
 
 
+@dataclass(frozen=True)
+class _Recipe:
+    """How a PreparedExperts builds its kernel from its (converted) weights: kept so that what
+    the kernel derives from the weight tensors (bound launches, views, dequantized copies,
+    workspaces) is rebuilt for new tensors (``rebind``) or after unpickling, never copied."""
+
+    backend: str
+    platform: Platform
+    fmt: ActivationFormat
+    deterministic: bool
+    max_num_tokens: Optional[int]
+    shared_experts: Optional[Callable]
+    chunk_size: Optional[int]
+
+
+def _build_kernel(config: MoEConfig, weights: ExpertWeights, r: _Recipe) -> ModularKernel:
+    experts = get_spec(r.backend).make_experts(config, weights, r.platform, r.fmt, deterministic=r.deterministic,
+                                               max_num_tokens=r.max_num_tokens)
+    pf = LocalBatched(r.max_num_tokens) if r.fmt == ActivationFormat.BATCHED else NoEP()
+    return ModularKernel(pf, experts, shared_experts=r.shared_experts, chunk_size=r.chunk_size)
+
+
+def _layout(t: Optional[torch.Tensor]) -> str:
+    return "None" if t is None else f"{t.dtype} {tuple(t.shape)} on {t.device}"
+
+
 @dataclass
 class PreparedExperts:
     """A selected, weight-converted, ready-to-run experts kernel. Call it as
-    ``pe(x [T,H], topk_weights fp32 [T,k], topk_ids int32 [T,k]) -> out [T,H]``."""
+    ``pe(x [T,H], topk_weights fp32 [T,k], topk_ids int32 [T,k]) -> out [T,H]``.
+
+    It follows its weight tensors: values written in place reach the kernels (backends that
+    keep a copy recompute it on the next call); new tensors go through ``rebind``. Pickling
+    keeps the weights and the recipe, and rebuilds the kernel on load."""
 
     config: MoEConfig
     weights: ExpertWeights
     selection: Selection
     kernel: ModularKernel
     expert_map: Optional[torch.Tensor]
+    recipe: Optional[_Recipe] = None
     # the topk ids' values are checked per call on CPU weights, or with FUSEDMOE_DEBUG=1
     # (they sync a GPU); decided here, as every FUSEDMOE_* variable is read at construction
     # (a per-call read of os.environ was ~1 us of a decode forward's host time)
@@ -115,17 +148,67 @@ class PreparedExperts:
         """Whether a call with ``num_tokens`` tokens quantizes the GEMM inputs as the weight
         scheme's W8A8 rule does. False for 16-bit and weight-only schemes, and for the
         ``triton`` backend's decode-size calls with FUSEDMOE_W8A8_DECODE=a16 (the default):
-        those keep x and h 16-bit (``reference_moe(..., quantize_activations=False)``)."""
+        those keep x and h 16-bit (``reference_moe(..., quantize_activations=False)``).
+        Answered for the chunks the call runs in (``kernel.chunk_sizes``: FUSEDMOE_CHUNK_SIZE);
+        an InputError where they differ (then ask per chunk size)."""
         f = getattr(self.kernel.experts, "quantizes_activations", None)
-        return f(num_tokens) if f is not None else self.weights.scheme.method.quantizes_activations
+        if f is None:
+            return self.weights.scheme.method.quantizes_activations
+        return self._per_chunk("quantizes_activations", f, num_tokens)
 
     def h_group(self, num_tokens: int):
         """g where a call with ``num_tokens`` tokens quantizes GEMM2's input h in fp8 1 x g
         groups instead of by the scheme's own rule (the ``triton`` backend's fp8_channel
         prefill, FUSEDMOE_H_QUANT=epilogue): its math is ``reference_moe(..., h_group=g)``.
-        None otherwise."""
+        None otherwise. Per chunk as ``quantizes_activations``."""
         f = getattr(self.kernel.experts, "h_group", None)
-        return f(num_tokens) if f is not None else None
+        return self._per_chunk("h_group", f, num_tokens) if f is not None else None
+
+    def _per_chunk(self, what: str, f, num_tokens: int):
+        """``f``'s answer for every chunk of a ``num_tokens`` call: the experts decide per chunk."""
+        sizes = self.kernel.chunk_sizes(num_tokens) or (num_tokens,)
+        answers = {n: f(n) for n in sizes}
+        if len(set(answers.values())) == 1:
+            return answers[sizes[0]]
+        raise InputError("num_tokens", num_tokens, "a token count whose chunks all run one math",
+                         f"ask per chunk: {what}(n) for n in kernel.chunk_sizes({num_tokens}), each chunk against "
+                         "its own reference, or choose chunk_size (FUSEDMOE_CHUNK_SIZE) so that they agree",
+                         problem=f"runs in chunks of {' and '.join(map(str, sizes))} tokens "
+                                 f"(chunk_size={self.kernel.chunk_size}) whose {what} differ: {answers}")
+
+    def rebind(self, weights: ExpertWeights) -> None:
+        """Run on ``weights`` from now on: new tensors of the layout the kernel was built for
+        (``self.weights``' dtypes, shapes and device, contiguous or the same strides), e.g. a
+        module's buffers replaced by load_state_dict(assign=True). What the experts derived
+        from the old tensors (bound launches, views, copies) and the workspaces are rebuilt."""
+        if self.recipe is None:
+            raise ConfigError("weights", "new tensors", "the tensors this PreparedExperts was built with",
+                              "build it with prepare_experts (which records how to rebuild it)",
+                              problem="cannot be rebound")
+        old, new = self.weights.tensors(), weights.tensors()
+        for name in sorted(old.keys() | new.keys()):
+            a, b = old.get(name), new.get(name)
+            if (a is None or b is None or a.shape != b.shape or a.dtype != b.dtype or a.device != b.device
+                    or not (b.is_contiguous() or b.stride() == a.stride())):
+                raise ConfigError(name, _layout(b), f"{_layout(a)}, contiguous (what the kernels were built for)",
+                                  "copy new values into the existing tensors (load_state_dict without assign, "
+                                  "copy_), or build a new layer for another dtype / device",
+                                  problem="cannot replace the weight tensor")
+        self.kernel = _build_kernel(self.config, weights, self.recipe)
+        self.weights = weights
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if self.recipe is not None:
+            # derived from the weights and this process (compiled kernels, device pointers,
+            # per-thread workspaces): rebuilt on load
+            state["kernel"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self.kernel is None:
+            self.kernel = _build_kernel(self.config, self.weights, self.recipe)
 
     def run(self, x, topk_weights, topk_ids):
         """Without the input checks (the custom op calls this after checking)."""
@@ -168,11 +251,11 @@ def prepare_experts(config: MoEConfig, weights: ExpertWeights, backend: str = "a
     spec = get_spec(sel.winner)
     if spec.convert_weights is not None:
         weights = spec.convert_weights(config, weights, plat)
-    experts = spec.make_experts(config, weights, plat, fmt, deterministic=deterministic,
-                                max_num_tokens=max_num_tokens)
-    pf = LocalBatched(max_num_tokens) if fmt == ActivationFormat.BATCHED else NoEP()
-    kernel = ModularKernel(pf, experts, shared_experts=shared_experts, chunk_size=chunk_size)
-    return PreparedExperts(config, weights, sel, kernel, config.expert_map(weights.device))
+    recipe = _Recipe(sel.winner, plat, fmt, deterministic, max_num_tokens, shared_experts, chunk_size)
+    kernel = _build_kernel(config, weights, recipe)
+    # a rebuild keeps this chunk size, not FUSEDMOE_CHUNK_SIZE as it is then
+    recipe = dataclasses.replace(recipe, chunk_size=kernel.chunk_size)
+    return PreparedExperts(config, weights, sel, kernel, config.expert_map(weights.device), recipe)
 
 
 def _check_prepare_args(backend, deterministic, max_num_tokens, shared_experts, chunk_size) -> None:
@@ -234,6 +317,15 @@ _experts_op.register_autograd(_experts_backward)
 
 # ------------------------------------------------------------------------------ functional
 _CACHE: dict = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _storage_state(tensors: dict, copied: tuple):
+    """What a cached kernel depends on beyond its weights' identity: every tensor's storage
+    (data pointers: ``.data =``, ``set_``) and the versions of those the backend's
+    convert_weights copied (the copy would not see an in-place update; the tensors the kernel
+    holds as they are it reads as they are, and copies it derives itself it refreshes itself)."""
+    return [t.data_ptr() for t in tensors.values()], [t._version for t in copied]
 
 
 def _as_weights(weights, w2=None) -> ExpertWeights:
@@ -254,7 +346,8 @@ def fused_experts(x: torch.Tensor, weights, topk_weights: torch.Tensor, topk_ids
 
     ``weights``: an ExpertWeights, or w13 [E, N, H] with ``w2=`` [E, H, I] (16-bit). ``config``
     defaults to one inferred from the shapes with ``activation``. The selected kernel is
-    cached per (weights, config, backend), so repeated calls select once.
+    cached per (weights, config, backend), so repeated calls select once; it follows the
+    weights' values when they are updated in place.
     """
     ew = _as_weights(weights, w2)
     if not isinstance(x, torch.Tensor):
@@ -275,10 +368,16 @@ def fused_experts(x: torch.Tensor, weights, topk_weights: torch.Tensor, topk_ids
     key = (tuple((n, id(t)) for n, t in tensors.items()), ew.scheme, config, backend, deterministic)
     hit = _CACHE.get(key)
     # id() may be reused after a free: keep the tensors and compare identities
-    if hit is None or any(hit[0].get(n) is not t for n, t in tensors.items()):
-        if len(_CACHE) >= 16:
-            _CACHE.pop(next(iter(_CACHE)))
-        hit = _CACHE[key] = (tensors, prepare_experts(config, ew, backend, deterministic=deterministic))
+    if (hit is None or any(hit[0].get(n) is not t for n, t in tensors.items())
+            or _storage_state(tensors, hit[2]) != hit[3]):
+        pe = prepare_experts(config, ew, backend, deterministic=deterministic)
+        held = pe.weights.tensors()
+        # inference tensors have no version counter: a copy of one is not refreshed
+        copied = tuple(t for n, t in tensors.items() if held.get(n) is not t and not t.is_inference())
+        with _CACHE_LOCK:                    # another thread may be evicting
+            if key not in _CACHE and len(_CACHE) >= 16:
+                _CACHE.pop(next(iter(_CACHE)))
+            hit = _CACHE[key] = (tensors, pe, copied, _storage_state(tensors, copied))
     return hit[1](x, topk_weights, topk_ids)
 
 
@@ -333,19 +432,39 @@ class FusedMoE(nn.Module):
         # state_dict() holds them; they are views of the same storage, not copies
         for name, t in self.prepared.weights.tensors().items():
             self.register_buffer(name, t)
+        self._bound = tuple(self.prepared.weights.tensors().items())    # (name, tensor) the kernels run on
         self._handle = _register(self.prepared)
 
+    def _follow_buffers(self) -> None:
+        """Rebind the kernels to the weight buffers where one was replaced by a new tensor
+        (load_state_dict(assign=True), setattr, a loader writing ``_buffers``, ``to_empty``).
+        Values written in place need nothing here: the kernels read the buffers, and backends
+        that keep a copy recompute it. Once per call: an identity test per weight tensor
+        (~0.1 us each on a CPU host)."""
+        b = self._buffers
+        for name, t in self._bound:
+            if b.get(name) is not t:
+                self.prepared.rebind(self.prepared.weights.replace(**{n: b.get(n) for n, _ in self._bound}))
+                self._bound = tuple(self.prepared.weights.tensors().items())
+                return
+
     def _apply(self, fn, recurse=True):
-        # .to(other device) / .half() would replace the buffers but not what the selected
-        # kernels hold: refuse instead of silently running on stale weights
-        w = self.prepared.weights.w13
-        moved = fn(w)
-        if moved is not w and (moved.device != w.device or moved.dtype != w.dtype):
-            raise ConfigError("FusedMoE.to", f"{w.device}/{w.dtype} -> {moved.device}/{moved.dtype}",
-                              "the device and dtype chosen at construction",
-                              "build FusedMoE on the target device with the target weights (the backend is "
-                              "selected and the weights converted for that device)", problem="cannot move")
-        return super()._apply(fn, recurse)
+        # .to(other device) / .half() would hand the kernels tensors of a device or dtype they
+        # were not built for (int8 weights stay, their fp32 scales would turn fp16): refused
+        for name, w in self.prepared.weights.tensors().items():
+            moved = fn(w)
+            if moved is not w and (moved.device != w.device or moved.dtype != w.dtype):
+                raise ConfigError("FusedMoE.to", f"{name}: {w.device}/{w.dtype} -> {moved.device}/{moved.dtype}",
+                                  "the device and dtype chosen at construction",
+                                  "build FusedMoE on the target device with the target weights (the backend is "
+                                  "selected and the weights converted for that device)", problem="cannot move")
+        out = super()._apply(fn, recurse)
+        self._follow_buffers()
+        return out
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._follow_buffers()          # assign=True: a tensor the kernels cannot take fails here
 
     def __setstate__(self, state):
         # a copy (deepcopy / pickle) owns its own PreparedExperts: give it its own op handle
@@ -404,6 +523,7 @@ class FusedMoE(nn.Module):
 
     def experts(self, x, topk_weights, topk_ids):
         if not torch.compiler.is_compiling():
+            self._follow_buffers()
             check_inputs(self.config, x, topk_weights, topk_ids, self.prepared.weights.device,
                          self.prepared.data_checks)
         out = torch.ops.fusedmoe.experts(x, topk_weights.float(), topk_ids, self._handle)
