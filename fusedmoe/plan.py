@@ -459,9 +459,10 @@ class Planner:
         return out
 
 
-def _default_configs(dt, gated, n13, nsm, T, E, N, H, top_k, tag):
+def _default_configs(dt, gated, n13, nsm, block_shape, T, E, N, H, top_k, tag):
     from .kernels.grouped_gemm import default_config
-    return {g: default_config(T, E, n13, H, top_k, dt, gemm=g, gated=gated, num_sms=nsm) for g in ("gemm1", "gemm2")}
+    return {g: default_config(T, E, n13, H, top_k, dt, gemm=g, gated=gated, num_sms=nsm, block_shape=block_shape)
+            for g in ("gemm1", "gemm2")}
 
 
 def make_launch_configs(config: MoEConfig, scheme, platform):
@@ -469,7 +470,10 @@ def make_launch_configs(config: MoEConfig, scheme, platform):
     (a partial of a module-level function, so that the configs pickle)."""
     from .tuned_configs import LaunchConfigs
     lc = LaunchConfigs.for_config(config, scheme, platform)
-    lc.default_fn = partial(_default_configs, config.torch_dtype, config.is_gated, config.n13, platform.num_sms or 132)
+    # fp8_block: the default BLOCK_SIZE_K divides the scale group (the kernels need one scale a K tile)
+    bs = tuple(scheme.block_shape) if scheme.method == QuantMethod.FP8_BLOCK else None
+    lc.default_fn = partial(_default_configs, config.torch_dtype, config.is_gated, config.n13, platform.num_sms or 132,
+                            bs)
     return lc
 
 

@@ -111,3 +111,19 @@ def test_fp8_block_16_is_left_to_the_interpreter_on_cpu():
     assert check(cfg, QuantScheme.parse("fp8_block:b16x16"), CPU) == []
     assert [c for c, _ in check(cfg, QuantScheme.parse("fp8_block:b16x16"), Platform.preset("h100"))] == \
         ["block_shape"]
+
+
+@pytest.mark.parametrize("bk", [16, 32, 64])
+def test_fp8_block_small_groups_run_with_default_configs(bk):
+    # the shape-aware default BLOCK_SIZE_K must divide the scale group: before, the defaults
+    # ignored the block shape and the grouped GEMM asserted at launch for bk < 128
+    from fusedmoe.reference.moe import reference_moe
+    torch.manual_seed(bk)
+    cfg = MoEConfig(8, 2, 64, 64, dtype="float32")
+    m = FusedMoE.from_float(cfg, torch.randn(8, 128, 64) / 8, torch.randn(8, 64, 64) / 8, f"fp8_block:b{bk}x{bk}",
+                            backend="triton")
+    x, lg = torch.randn(20, 64), torch.randn(20, 8)
+    tw, ti = m.route(x, lg)
+    want = reference_moe(x, m.prepared.weights, tw, ti, cfg)
+    got = m(x, lg)
+    assert ((got - want).norm() / want.norm()) < 3e-2
