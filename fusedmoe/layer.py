@@ -109,7 +109,9 @@ def _build_kernel(config: MoEConfig, weights: ExpertWeights, r: _Recipe) -> Modu
     experts = get_spec(r.backend).make_experts(config, weights, r.platform, r.fmt, deterministic=r.deterministic,
                                                max_num_tokens=r.max_num_tokens)
     pf = LocalBatched(r.max_num_tokens) if r.fmt == ActivationFormat.BATCHED else NoEP()
-    return ModularKernel(pf, experts, shared_experts=r.shared_experts, chunk_size=r.chunk_size)
+    from .kernels.launcher import pin_launch_state, unpin_launch_state
+    return ModularKernel(pf, experts, shared_experts=r.shared_experts, chunk_size=r.chunk_size,
+                         launch_scope=(pin_launch_state, unpin_launch_state))
 
 
 def _layout(t: Optional[torch.Tensor]) -> str:

@@ -353,7 +353,8 @@ def test_modular_kernel_forward_is_one_pinned_block(fast, mk):
     cfg = mk.config(E=8, k=2, H=64, I=32, dtype="float32")
     w, ids = mk.topk(6, 8, 2)
     x = mk.x(cfg, 6)
-    out = ModularKernel(NoEP(), _Launching(cfg, mk.weights(cfg)), chunk_size=3)(x, w, ids)
+    out = ModularKernel(NoEP(), _Launching(cfg, mk.weights(cfg)), chunk_size=3,
+                        launch_scope=(launcher.pin_launch_state, launcher.unpin_launch_state))(x, w, ids)
     assert torch.equal(out, x) and len(fk.calls) == 4 and len(reads) == 1
     launch(fk, (1,), _args(buf), dict(BLOCK=16, MODE=0), num_warps=4)
     assert len(reads) == 2

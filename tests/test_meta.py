@@ -55,3 +55,12 @@ def test_kernels_take_every_choice_as_an_argument():
             if any(b in line for b in banned):
                 found.append(f"{path.name}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_modular_imports_neither_kernels_nor_reference():
+    # the framework is above the kernels and the reference in name only: it knows neither (the
+    # experts bring their quantizer, the layer brings the launch-state pin)
+    import re
+    for p in (ROOT / "fusedmoe" / "modular").glob("*.py"):
+        text = p.read_text()
+        assert not re.search(r"from \.\.(kernels|reference)|import fusedmoe\.(kernels|reference)", text), p.name

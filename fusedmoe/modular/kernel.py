@@ -14,8 +14,8 @@
 - Host time matters at decode size (eager T=1 is host bound): what does not depend on
   the call (whether the experts' output can alias the caller's, where the router weight
   applies) is decided at construction, and the chunks run in one pinned launch block
-  (``launcher.pin_launch_state``: device, stream and triton's hook state read once per
-  forward, not per kernel launch).
+  (the ``launch_scope`` the layer passes, ``kernels.launcher.pin_launch_state``: device,
+  stream and triton's hook state read once per forward, not per kernel launch).
 - Experts may serve a call whole (``direct``, optional: the triton backend's decode path)
   where prepare and finalize would do nothing (a prepare/finalize that says
   ``direct_ok``, no input scaling or quantization, a NoOp weight-and-reduce): ~8 us less
@@ -48,10 +48,18 @@ class _Workspaces:
         self.last = None
 
 
+def _no_pin():
+    return None
+
+
+def _no_unpin(token) -> None:
+    return None
+
+
 class ModularKernel:
     def __init__(self, prepare_finalize: PrepareFinalize, experts: Experts,
                  shared_experts: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-                 chunk_size: Optional[int] = None):
+                 chunk_size: Optional[int] = None, launch_scope: Optional[tuple] = None):
         if prepare_finalize.is_monolithic != experts.is_monolithic:
             raise ConfigError("experts", repr(experts),
                               "a monolithic prepare/finalize with monolithic experts, or modular with modular",
@@ -81,11 +89,10 @@ class ModularKernel:
         self._wr = experts.weight_and_reduce()
         self._alias_out = isinstance(self._wr, NoOpWeightAndReduce)
         self._on_input = self.config.routing.apply_router_weight_on_input
-        # The one thing the framework takes from kernels/: the launch-state pin has to span the
-        # whole forward (every chunk, whatever the experts launch), and only this class does.
-        # Imported here, not at module level: importing fusedmoe must not import Triton.
-        from ..kernels.launcher import pin_launch_state, unpin_launch_state
-        self._pin, self._unpin = pin_launch_state, unpin_launch_state
+        # ``launch_scope`` (pin, unpin): called around the whole forward (every chunk, whatever
+        # the experts launch), so that the kernels' launch state is read once a forward (the
+        # layer passes kernels.launcher's pin; the framework itself knows no kernel)
+        self._pin, self._unpin = launch_scope if launch_scope is not None else (_no_pin, _no_unpin)
         # experts that can serve some calls whole (``Experts.direct``: the triton backend's
         # decode path) skip prepare / workspace / finalize when those would do nothing:
         # no communication, x not scaled or quantized by prepare, output already weighted
