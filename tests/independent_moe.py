@@ -217,23 +217,25 @@ def moe(x: torch.Tensor, routed: Routed, w13: torch.Tensor, w2: torch.Tensor, *,
     x [T, H]; w13 [E_loc, N, H], w2 [E_loc, H, I] (dequantized); ``local`` [E]: global ->
     local expert or -1 (a layer that processes T in chunks is this loop on each chunk: its
     per-tensor dynamic activation scales are per chunk); ``round_to`` / ``round_at``: round
-    the intermediates named in ``round_at``
-    ('xw' the weighted input, 'g' GEMM1's output, 'h' GEMM2's input) to that dtype before the
-    activation quantization, as a kernel that stores them in 16 bits does."""
+    what ``round_at`` names to that dtype, as a kernel that stores it in 16 bits does: 'xw' the
+    weighted input, 'g' GEMM1's output, 'h' GEMM2's input (before the activation quantization),
+    'w' the weights and 'q' the fake-quantized GEMM inputs (a 16-bit engine running a quantized
+    scheme: the emulation backend)."""
     T = x.shape[0]
     rnd = (lambda v, where: v.to(round_to).to(F64) if round_to is not None and where in round_at else v)  # noqa: E731
     H, I = w2.shape[1], w2.shape[2]
+    w13, w2 = rnd(w13.to(F64), "w"), rnd(w2.to(F64), "w")
     xs = x.to(F64)                                                               # [T, H]
     if weight_on_input:
         xs = rnd(xs * routed.weights[:, :1], "xw")
     if act_quant is not None:
-        xs = fake_quant(xs, act_quant.method, block_k=act_quant.block_k, pow2=act_quant.pow2,
-                        static_scale=act_quant.a13_scale)
+        xs = rnd(fake_quant(xs, act_quant.method, block_k=act_quant.block_k, pow2=act_quant.pow2,
+                            static_scale=act_quant.a13_scale), "q")
     slots = [(t, j, local[int(routed.ids[t, j])]) for t in range(T) for j in range(routed.ids.shape[1])]
     slots = [s for s in slots if s[2] >= 0]                                      # not local: nothing
     hs = []
     for t, j, e in slots:
-        g = rnd(xs[t:t + 1] @ w13[e].to(F64).T, "g")                             # [1, N]
+        g = rnd(xs[t:t + 1] @ w13[e].T, "g")                             # [1, N]
         if b13 is not None:
             g = rnd(g + b13[e].to(F64), "g")
         hs.append(activation(g, activation_name, **act_kw))                      # [1, I]
@@ -245,9 +247,10 @@ def moe(x: torch.Tensor, routed: Routed, w13: torch.Tensor, w2: torch.Tensor, *,
         else:
             h = fake_quant(h, act_quant.method, block_k=act_quant.block_k, pow2=act_quant.pow2,
                            static_scale=act_quant.a2_scale)
+        h = rnd(h, "q")
     out = torch.zeros(T, H, dtype=F64)
     for (t, j, e), hrow in zip(slots, h):
-        y = hrow @ w2[e].to(F64).T                                               # [H]
+        y = hrow @ w2[e].T                                                       # [H]
         if b2 is not None:
             y = y + b2[e].to(F64)
         out[t] += y if weight_on_input else routed.weights[t, j] * y
