@@ -83,6 +83,10 @@ KNOWN = [
     ("fp8_block with blocks <= 32 passes the Triton selection", TRITON,
      "BLOCK_SIZE_K must divide the scale block bk"),
 ]
+# ... a wrong result (not an error) of a defect not fixed yet: the batched format with expert
+# parallelism takes a dynamic per-tensor activation scale (fp8_tensor, nvfp4) over the local
+# tokens only, where the standard format and reference_moe take GEMM1's whole input
+BATCHED_EP_SCALE_LABEL = "batched format + EP: dynamic per-tensor scale over local tokens only"
 # ... and a layer that keeps computing with its old weights after load_state_dict
 STALE_STATE = ("emulation", "torch_ref")
 STALE_STATE_LABEL = "load_state_dict ignored by emulation / torch_ref"
@@ -436,6 +440,11 @@ class Check:
 
     def agree(self, name: str, layer, out: torch.Tensor, what: str = "") -> None:
         err, tol, how = self.error(name, layer, out)
+        q = self.inp.weights.scheme
+        if (err > tol and self.case.ep_size > 1 and layout(self.case, name)[0] == "batched"
+                and q.method.value in ("fp8_tensor", "nvfp4") and not q.static_activation_scale):
+            self.hits[BATCHED_EP_SCALE_LABEL] = self.hits.get(BATCHED_EP_SCALE_LABEL, 0) + 1
+            return
         assert err <= tol, f"backend {name}{what}: rel error {err:.3e} > {tol:.0e} ({how}); {self.case}"
 
 
