@@ -127,3 +127,12 @@ def test_fp8_block_small_groups_run_with_default_configs(bk):
     want = reference_moe(x, m.prepared.weights, tw, ti, cfg)
     got = m(x, lg)
     assert ((got - want).norm() / want.norm()) < 3e-2
+
+
+def test_triton_batched_refuses_fp8_block_k_groups_below_its_k_tile():
+    # its 8-bit K tile is at least 32 on every device: a 16-wide group asserted at launch
+    from fusedmoe.backends.triton_batched import _check_batched
+    cfg = MoEConfig(4, 2, 64, 64, dtype="float32")
+    small = [r.code for r in _check_batched(cfg, QuantScheme.parse("fp8_block:b16x16"), Platform.preset("cpu"))]
+    assert "block_shape" in small
+    assert not _check_batched(cfg, QuantScheme.parse("fp8_block:b32x32"), Platform.preset("cpu"))

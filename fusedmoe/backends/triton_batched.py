@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..config import MoEConfig, QuantMethod
 from ..modular.interfaces import ActivationFormat, BatchedWeightAndReduce, Experts, WorkspaceSpec
 from ..quantize import quantize_activation
-from .registry import BackendSpec, register
+from .registry import BackendSpec, Reason, register
 from .triton import QUANT_MIN_SM, QUANT_MODE, _check, convert_weights
 
 
@@ -61,6 +61,17 @@ def _make(config, weights, platform, fmt, *, deterministic=False, max_num_tokens
     return TritonBatchedExperts(config, weights, max_num_tokens=max_num_tokens)
 
 
+def _check_batched(config: MoEConfig, quant, platform):
+    """The triton backend's checks, and the batched kernel's own: its 8-bit K tile is at least
+    32 on every device (default_batched_config), so fp8_block's K group must be a multiple of 32
+    (a smaller group asserted at launch)."""
+    r = _check(config, quant, platform)
+    if quant.method == QuantMethod.FP8_BLOCK and quant.block_shape[1] % 32:
+        r.append(Reason("block_shape", f"the batched kernel's 8-bit K tile is at least 32: fp8_block's K group "
+                                       f"{quant.block_shape[1]} must be a multiple of 32"))
+    return r
+
+
 SPEC = register(BackendSpec(
     name="triton_batched",
     description="Triton expert GEMMs over the batched [E_loc, T_max, H] format (+counts): fixed grid, "
@@ -71,6 +82,6 @@ SPEC = register(BackendSpec(
     formats=frozenset({ActivationFormat.BATCHED}),
     min_sm=80,
     needs_triton=True,
-    check=_check,
+    check=_check_batched,
     convert_weights=convert_weights,
 ))
