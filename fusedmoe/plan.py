@@ -321,8 +321,9 @@ class Planner:
         self.math = self.forced.w8a8_decode if self.quantized else "16bit"
         self.decode_pairs = decode_pairs(config, self.math, self.forced.decode_pairs)
         self.a16_max_t = a16_max_t(scheme, self.facts)
-        self.decode_pdl = pdl_ok(platform) and self.forced.decode_pdl
-        self.prefill_pdl = pdl_ok(platform) and self.forced.prefill_pdl
+        pdl = pdl_ok(platform)
+        self.decode_pdl = pdl and self.forced.decode_pdl
+        self.prefill_pdl = pdl and self.forced.prefill_pdl
         self.h_epilogue = h_epilogue_on(scheme, self.forced.h_quant)
         self.num_sms = (platform.num_sms or 132) if platform.kind == "cuda" else 4
         self._lc = launch_configs
@@ -360,7 +361,7 @@ class Planner:
         else:
             c1, c2 = self._cuda_core_configs(T, a16)
             share = False
-        return LaunchPlan(T, "decode", _ro(c1), _ro(c2), math=math, pdl=pdl, chain=chain and not a16,
+        return LaunchPlan(T, "decode", _ro(c1), _ro(c2), math=math, pdl=pdl, chain=chain,
                           quantizes_activations=not a16, decode_pairs=self.decode_pairs, share=share)
 
     def _cuda_core_configs(self, T: int, a16: bool):
@@ -393,11 +394,11 @@ class Planner:
         c, q, f = self.config, self.scheme, self.forced
         gk = q.block_shape[1] if q.method == QuantMethod.FP8_BLOCK else None
         k, E, I = c.top_k, c.num_local_experts, c.intermediate_size
-        share1 = f.decode_share if f.decode_share is not None else tc.tc_share(T * k, k, E, I)
-        share2 = f.decode_share if f.decode_share is not None else tc.tc_share(T * k, k, E, I)
-        c1 = tc.tc_config("gemm1", T * k, I, c.hidden_size, k, c.is_gated, gk, self.num_sms, share=share1,
+        # both GEMMs share experts or neither (one table, written before GEMM1)
+        share = f.decode_share if f.decode_share is not None else tc.tc_share(T * k, k, E, I)
+        c1 = tc.tc_config("gemm1", T * k, I, c.hidden_size, k, c.is_gated, gk, self.num_sms, share=share,
                           block_groups=self.facts.tc_gemm1_block_groups)
-        c2 = tc.tc_config("gemm2", T, c.hidden_size, I, k, group_k=gk, num_sms=self.num_sms, share=share2)
+        c2 = tc.tc_config("gemm2", T, c.hidden_size, I, k, group_k=gk, num_sms=self.num_sms, share=share)
         if f.tc_l2_pre is not None:
             l1, l2 = f.tc_l2_pre
         else:
